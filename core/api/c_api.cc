@@ -1,0 +1,305 @@
+// The consumer API: status, environment, options, sessions.  Every body catches everything.
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "common/status.h"
+#include "session/session.h"
+#include "tessera/tessera.h"
+
+using namespace tessera;
+
+namespace {
+
+template <typename T> void require(const T* p, const char* what) {
+    if (p == nullptr) fail(TESS_STATUS_INVALID_ARGUMENT, "{} is NULL", what);
+}
+
+void fill_value_info(const IoInfo& io, TessValueInfo* out) {
+    if (out->struct_size < sizeof(size_t)) fail(TESS_STATUS_INVALID_ARGUMENT, "TessValueInfo.struct_size is not set");
+    TessValueInfo info{};
+    info.struct_size = std::min(out->struct_size, sizeof(TessValueInfo));
+    info.name = io.name.c_str();
+    info.kind = io.type.kind;
+    info.element_type = io.type.element_type;
+    info.rank = io.type.has_shape ? static_cast<int64_t>(io.type.dims.size()) : -1;
+    info.dims = io.type.dims.data();
+    info.dim_params = io.dim_param_ptrs.data();
+    std::memcpy(out, &info, info.struct_size);
+}
+
+}  // namespace
+
+extern "C" {
+
+TESS_EXPORT const char* tess_version(void) { return "0.1.0"; }
+
+TESS_EXPORT TessStatusCode tess_status_code(const TessStatus* status) {
+    return status == nullptr ? TESS_STATUS_OK : status->code;
+}
+TESS_EXPORT const char* tess_status_message(const TessStatus* status) {
+    return status == nullptr ? "" : status->message.c_str();
+}
+TESS_EXPORT void tess_status_release(TessStatus* status) { release_status(status); }
+
+// ---- Environment ----
+
+TESS_EXPORT TessStatus* tess_env_create(const TessEnvOptions* options, TessEnv** out_env) {
+    return guarded([&] {
+        require(out_env, "out_env");
+        auto env = std::make_unique<TessEnv>();
+        std::string extra;
+        bool default_dirs = true;
+        if (options != nullptr) {
+            if (TESS_HAS_FIELD(options, TessEnvOptions, log_level)) env->sink.level = options->log_level;
+            if (TESS_HAS_FIELD(options, TessEnvOptions, log_callback)) env->sink.callback = options->log_callback;
+            if (TESS_HAS_FIELD(options, TessEnvOptions, log_user_data)) env->sink.user_data = options->log_user_data;
+            if (TESS_HAS_FIELD(options, TessEnvOptions, plugin_path) && options->plugin_path)
+                extra = options->plugin_path;
+            if (TESS_HAS_FIELD(options, TessEnvOptions, no_default_plugin_dirs))
+                default_dirs = options->no_default_plugin_dirs == 0;
+        }
+        add_log_sink(&env->sink);
+        env->plugins.discover(default_dirs, extra);
+        *out_env = env.release();
+    });
+}
+
+TESS_EXPORT void tess_env_release(TessEnv* env) {
+    try {
+        delete env;
+    } catch (...) {
+    }
+}
+
+TESS_EXPORT TessStatus* tess_env_load_plugin(TessEnv* env, const char* path) {
+    return guarded([&] {
+        require(env, "env");
+        require(path, "path");
+        PluginRecord record = env->plugins.load(path);
+        if (record.state == TESS_PLUGIN_SKIPPED)
+            fail(record.reason.rfind("ABI", 0) == 0 ? TESS_STATUS_ABI_MISMATCH : TESS_STATUS_INVALID_ARGUMENT,
+                 "plugin '{}' skipped: {}", record.path, record.reason);
+    });
+}
+
+TESS_EXPORT size_t tess_env_plugin_count(const TessEnv* env) {
+    try {
+        if (env == nullptr) return 0;
+        std::lock_guard lock(env->report_mutex);
+        env->report_cache = env->plugins.report();
+        return env->report_cache.size();
+    } catch (...) {
+        return 0;
+    }
+}
+
+TESS_EXPORT TessStatus* tess_env_plugin_info(const TessEnv* env, size_t index, TessPluginInfo* out) {
+    return guarded([&] {
+        require(env, "env");
+        require(out, "out");
+        std::lock_guard lock(env->report_mutex);
+        // Refresh only when the report grew, so strings handed out earlier stay valid.
+        auto report = env->plugins.report();
+        if (report.size() != env->report_cache.size()) env->report_cache = std::move(report);
+        if (index >= env->report_cache.size())
+            fail(TESS_STATUS_INVALID_ARGUMENT, "plugin index {} out of range ({})", index, env->report_cache.size());
+        const PluginRecord& r = env->report_cache[index];
+        TessPluginInfo info{};
+        info.struct_size = std::min(out->struct_size, sizeof(TessPluginInfo));
+        info.path = r.path.c_str();
+        info.name = r.name.c_str();
+        info.version = r.version.c_str();
+        info.state = r.state;
+        info.reason = r.reason.c_str();
+        info.abi_version = r.abi_version;
+        info.provider_count = r.providers.empty() ? 0 : 1 + static_cast<size_t>(std::count(r.providers.begin(), r.providers.end(), ','));
+        info.providers = r.providers.c_str();
+        if (info.struct_size < sizeof(size_t)) fail(TESS_STATUS_INVALID_ARGUMENT, "TessPluginInfo.struct_size is not set");
+        std::memcpy(out, &info, info.struct_size);
+    });
+}
+
+TESS_EXPORT size_t tess_env_provider_count(const TessEnv* env) {
+    try {
+        if (env == nullptr) return 0;
+        std::lock_guard lock(env->report_mutex);
+        auto providers = env->plugins.providers();
+        if (providers.size() != env->provider_names.size()) {
+            env->provider_names.clear();
+            for (const auto& p : providers) env->provider_names.push_back(p->name);
+        }
+        return env->provider_names.size();
+    } catch (...) {
+        return 0;
+    }
+}
+
+TESS_EXPORT const char* tess_env_provider_name(const TessEnv* env, size_t index) {
+    if (env == nullptr) return nullptr;
+    std::lock_guard lock(env->report_mutex);
+    return index < env->provider_names.size() ? env->provider_names[index].c_str() : nullptr;
+}
+
+// ---- Session options ----
+
+TESS_EXPORT TessStatus* tess_session_options_create(TessSessionOptions** out) {
+    return guarded([&] {
+        require(out, "out");
+        *out = new TessSessionOptions();
+    });
+}
+
+TESS_EXPORT void tess_session_options_release(TessSessionOptions* options) { delete options; }
+
+TESS_EXPORT TessStatus* tess_session_options_set_providers(TessSessionOptions* options, const char* const* names,
+                                                           size_t count) {
+    return guarded([&] {
+        require(options, "options");
+        if (count > 0) require(names, "names");
+        std::vector<std::string> list;
+        for (size_t i = 0; i < count; ++i) {
+            require(names[i], "provider name");
+            list.emplace_back(names[i]);
+        }
+        options->providers = std::move(list);
+    });
+}
+
+TESS_EXPORT TessStatus* tess_session_options_set_intra_op_threads(TessSessionOptions* options, int32_t threads) {
+    return guarded([&] {
+        require(options, "options");
+        if (threads < 0) fail(TESS_STATUS_INVALID_ARGUMENT, "thread count {} is negative", threads);
+        options->intra_op_threads = threads;
+    });
+}
+
+TESS_EXPORT TessStatus* tess_session_options_set_strict(TessSessionOptions* options, int32_t strict) {
+    return guarded([&] {
+        require(options, "options");
+        options->strict = strict != 0;
+    });
+}
+
+TESS_EXPORT TessStatus* tess_session_options_set_optimization_level(TessSessionOptions* options, int32_t level) {
+    return guarded([&] {
+        require(options, "options");
+        options->optimization_level = level;
+    });
+}
+
+// ---- Sessions ----
+
+TESS_EXPORT TessStatus* tess_session_create(TessEnv* env, const char* model_path, const TessSessionOptions* options,
+                                            TessSession** out_session) {
+    return guarded([&] {
+        require(env, "env");
+        require(model_path, "model_path");
+        require(out_session, "out_session");
+        TessSessionOptions defaults;
+        auto session = std::make_unique<TessSession>();
+        session->impl = std::make_unique<Session>(*env, load_model_file(model_path), options ? *options : defaults);
+        *out_session = session.release();
+    });
+}
+
+TESS_EXPORT TessStatus* tess_session_create_from_bytes(TessEnv* env, const void* data, size_t size,
+                                                       const char* base_dir, const TessSessionOptions* options,
+                                                       TessSession** out_session) {
+    return guarded([&] {
+        require(env, "env");
+        require(out_session, "out_session");
+        TessSessionOptions defaults;
+        std::optional<std::filesystem::path> dir;
+        if (base_dir != nullptr) dir = base_dir;
+        auto session = std::make_unique<TessSession>();
+        session->impl = std::make_unique<Session>(*env, load_model_bytes(data, size, dir), options ? *options : defaults);
+        *out_session = session.release();
+    });
+}
+
+TESS_EXPORT void tess_session_release(TessSession* session) {
+    try {
+        delete session;
+    } catch (...) {
+    }
+}
+
+TESS_EXPORT size_t tess_session_input_count(const TessSession* s) { return s ? s->impl->inputs().size() : 0; }
+TESS_EXPORT size_t tess_session_output_count(const TessSession* s) { return s ? s->impl->outputs().size() : 0; }
+
+TESS_EXPORT TessStatus* tess_session_input_info(const TessSession* s, size_t index, TessValueInfo* out) {
+    return guarded([&] {
+        require(s, "session");
+        require(out, "out");
+        if (index >= s->impl->inputs().size()) fail(TESS_STATUS_INVALID_ARGUMENT, "input index {} out of range", index);
+        fill_value_info(s->impl->inputs()[index], out);
+    });
+}
+
+TESS_EXPORT TessStatus* tess_session_output_info(const TessSession* s, size_t index, TessValueInfo* out) {
+    return guarded([&] {
+        require(s, "session");
+        require(out, "out");
+        if (index >= s->impl->outputs().size()) fail(TESS_STATUS_INVALID_ARGUMENT, "output index {} out of range", index);
+        fill_value_info(s->impl->outputs()[index], out);
+    });
+}
+
+TESS_EXPORT size_t tess_session_partition_count(const TessSession* s) { return s ? s->impl->partitions().size() : 0; }
+
+TESS_EXPORT TessStatus* tess_session_partition_info(const TessSession* s, size_t index, TessPartitionInfo* out) {
+    return guarded([&] {
+        require(s, "session");
+        require(out, "out");
+        const auto& parts = s->impl->partitions();
+        if (index >= parts.size()) fail(TESS_STATUS_INVALID_ARGUMENT, "partition index {} out of range", index);
+        const CompiledPartition& p = parts[index];
+        TessPartitionInfo info{};
+        info.struct_size = std::min(out->struct_size, sizeof(TessPartitionInfo));
+        if (info.struct_size < sizeof(size_t)) fail(TESS_STATUS_INVALID_ARGUMENT, "TessPartitionInfo.struct_size is not set");
+        info.provider = p.instance->provider().name.c_str();
+        info.node_count = p.nodes.size();
+        info.node_names = p.node_name_ptrs.data();
+        info.node_ops = p.node_op_ptrs.data();
+        info.input_count = p.inputs.size();
+        info.inputs = p.input_ptrs.data();
+        info.output_count = p.outputs.size();
+        info.outputs = p.output_ptrs.data();
+        info.copy_count = p.copy_count;
+        std::memcpy(out, &info, info.struct_size);
+    });
+}
+
+TESS_EXPORT TessStatus* tess_session_run(TessSession* session, const char* const* input_names,
+                                         const TessValue* const* inputs, size_t input_count,
+                                         const char* const* output_names, size_t output_count, TessValue** outputs) {
+    return guarded([&] {
+        require(session, "session");
+        if (input_count > 0) {
+            require(input_names, "input_names");
+            require(inputs, "inputs");
+        }
+        if (output_count > 0) require(outputs, "outputs");
+        std::vector<std::string> in_names, out_names;
+        std::vector<const TessValue*> in_values;
+        for (size_t i = 0; i < input_count; ++i) {
+            require(input_names[i], "input name");
+            in_names.emplace_back(input_names[i]);
+            in_values.push_back(inputs[i]);
+        }
+        if (output_names != nullptr) {
+            for (size_t i = 0; i < output_count; ++i) {
+                require(output_names[i], "output name");
+                out_names.emplace_back(output_names[i]);
+            }
+        } else if (output_count != session->impl->outputs().size()) {
+            fail(TESS_STATUS_INVALID_ARGUMENT, "output_names is NULL, so output_count must be {} (all outputs)",
+                 session->impl->outputs().size());
+        }
+        auto results = session->impl->run(in_names, in_values, out_names);
+        for (size_t i = 0; i < results.size() && i < output_count; ++i) outputs[i] = results[i].release();
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,56 @@
+#include "common/log.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tessera {
+
+namespace {
+
+std::mutex g_mutex;
+std::vector<const LogSink*>& sinks() {
+    static std::vector<const LogSink*> list;
+    return list;
+}
+
+const char* level_name(int32_t level) {
+    switch (level) {
+        case TESS_LOG_ERROR: return "error";
+        case TESS_LOG_WARNING: return "warning";
+        case TESS_LOG_INFO: return "info";
+        default: return "debug";
+    }
+}
+
+}  // namespace
+
+void add_log_sink(const LogSink* sink) {
+    std::lock_guard lock(g_mutex);
+    sinks().push_back(sink);
+}
+
+void remove_log_sink(const LogSink* sink) {
+    std::lock_guard lock(g_mutex);
+    auto& list = sinks();
+    list.erase(std::remove(list.begin(), list.end(), sink), list.end());
+}
+
+void log_message(int32_t level, std::string_view source, std::string_view message) {
+    std::string line = std::string("tessera[") + std::string(source) + "] " + level_name(level) + ": " +
+                       std::string(message);
+    std::lock_guard lock(g_mutex);
+    if (sinks().empty()) {
+        if (level <= TESS_LOG_WARNING) std::fprintf(stderr, "%s\n", line.c_str());
+        return;
+    }
+    for (const LogSink* sink : sinks()) {
+        if (level > sink->level) continue;
+        if (sink->callback != nullptr) sink->callback(sink->user_data, level, line.c_str());
+        else std::fprintf(stderr, "%s\n", line.c_str());
+    }
+}
+
+}  // namespace tessera

@@ -1,0 +1,144 @@
+#include "exec/executor.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "common/status.h"
+#include "plugins/contexts.h"
+
+namespace tessera {
+
+CompiledPartition::~CompiledPartition() {
+    if (compiled != nullptr && instance != nullptr) instance->api().release_compiled(compiled);
+}
+
+Executor::Executor(const Graph& graph, std::vector<CompiledPartition> partitions)
+    : partitions_(std::move(partitions)) {
+    auto intern = [&](const std::string& name) {
+        auto [it, inserted] = ids_.emplace(name, names_.size());
+        if (inserted) names_.push_back(name);
+        return it->second;
+    };
+    for (const auto& in : graph.inputs) intern(in);
+    for (const auto& [name, _] : graph.initializers) intern(name);
+    for (auto& p : partitions_) {
+        p.input_ids.clear();
+        p.output_ids.clear();
+        for (const auto& in : p.inputs) p.input_ids.push_back(intern(in));
+        for (const auto& out : p.outputs) p.output_ids.push_back(intern(out));
+    }
+    for (const auto& out : graph.outputs) intern(out);
+
+    constants_.resize(names_.size());
+    for (const auto& [name, value] : graph.initializers) constants_[ids_.at(name)] = value;
+    last_use_.assign(names_.size(), 0);
+    for (size_t p = 0; p < partitions_.size(); ++p)
+        for (size_t id : partitions_[p].input_ids) last_use_[id] = p;
+    is_output_.assign(names_.size(), false);
+    for (const auto& out : graph.outputs) is_output_[ids_.at(out)] = true;
+}
+
+size_t Executor::value_id(const std::string& name) const {
+    auto it = ids_.find(name);
+    return it == ids_.end() ? SIZE_MAX : it->second;
+}
+
+ProviderInstance* Executor::owner_of(const TessValue& value) const {
+    if (value.is_host()) return nullptr;
+    for (const auto& p : partitions_)
+        if (p.instance->memory_kind() && std::strcmp(p.instance->memory_kind()->name, value.memory->name) == 0)
+            return p.instance;
+    fail(TESS_STATUS_INTERNAL, "no provider owns memory kind '{}'", value.memory->name);
+}
+
+ValuePtr Executor::to_host(const TessValue& value) const {
+    ProviderInstance* owner = owner_of(value);
+    return owner == nullptr ? clone_host(value) : owner->copy_to_host(value);
+}
+
+ValuePtr Executor::to_instance(const TessValue& value, ProviderInstance& instance) const {
+    if (value.is_host()) return instance.copy_from_host(value);
+    ValuePtr host = to_host(value);
+    return instance.copy_from_host(*host);
+}
+
+namespace {
+
+bool same_memory(const TessValue& value, const ProviderInstance& instance) {
+    if (instance.is_host_memory()) return value.is_host();
+    return !value.is_host() && std::strcmp(value.memory->name, instance.memory_kind()->name) == 0;
+}
+
+}  // namespace
+
+std::vector<ValuePtr> Executor::run(const std::vector<std::pair<size_t, const TessValue*>>& inputs,
+                                    const std::vector<size_t>& output_ids) const {
+    // Per-run state lives on this stack frame: concurrent runs share nothing mutable.
+    std::vector<const TessValue*> slots(names_.size(), nullptr);
+    std::vector<ValuePtr> owned(names_.size());
+    for (size_t id = 0; id < names_.size(); ++id)
+        if (constants_[id]) slots[id] = constants_[id].get();
+    for (const auto& [id, value] : inputs) slots[id] = value;
+
+    std::vector<const TessValue*> args;
+    std::vector<ValuePtr> copies;
+    for (size_t p = 0; p < partitions_.size(); ++p) {
+        const CompiledPartition& part = partitions_[p];
+        args.clear();
+        copies.clear();
+        for (size_t i = 0; i < part.input_ids.size(); ++i) {
+            const TessValue* value = slots[part.input_ids[i]];
+            if (value == nullptr)
+                fail(TESS_STATUS_INVALID_ARGUMENT, "value '{}' needed by provider '{}' was not provided",
+                     part.inputs[i], part.instance->provider().name);
+            if (value->kind == TESS_VALUE_TENSOR && value->element_type != TESS_ELEMENT_STRING &&
+                !same_memory(*value, *part.instance)) {
+                copies.push_back(to_instance(*value, *part.instance));
+                value = copies.back().get();
+            }
+            args.push_back(value);
+        }
+        std::vector<ValuePtr> results(part.output_ids.size());
+        TessComputeContext ctx;
+        ctx.inputs = args.data();
+        ctx.input_count = args.size();
+        ctx.outputs = &results;
+        ctx.instance = part.instance;
+        throw_if_error(part.instance->api().compute(part.compiled, &ctx),
+                       fmt::format("provider '{}'", part.instance->provider().name));
+        for (size_t o = 0; o < results.size(); ++o) {
+            if (!results[o])
+                fail(TESS_STATUS_INTERNAL, "provider '{}' did not produce '{}'", part.instance->provider().name,
+                     part.outputs[o]);
+            size_t id = part.output_ids[o];
+            slots[id] = results[o].get();
+            owned[id] = std::move(results[o]);
+        }
+        // Free what no later partition reads, so peak memory follows liveness.
+        for (size_t id : part.input_ids)
+            if (last_use_[id] == p && !is_output_[id] && owned[id]) {
+                owned[id].reset();
+                slots[id] = nullptr;
+            }
+    }
+
+    std::vector<ValuePtr> outputs;
+    outputs.reserve(output_ids.size());
+    for (size_t k = 0; k < output_ids.size(); ++k) {
+        size_t id = output_ids[k];
+        const TessValue* value = slots[id];
+        if (value == nullptr) fail(TESS_STATUS_INTERNAL, "output '{}' was not produced", names_[id]);
+        bool requested_again = std::find(output_ids.begin() + static_cast<long>(k) + 1, output_ids.end(), id) !=
+                               output_ids.end();
+        if (owned[id] && !requested_again && (owned[id]->kind != TESS_VALUE_TENSOR || owned[id]->is_host())) {
+            outputs.push_back(std::move(owned[id]));  // hand over without a copy
+            slots[id] = nullptr;
+        } else {
+            outputs.push_back(value->kind == TESS_VALUE_TENSOR ? to_host(*value) : clone_host(*value));
+        }
+    }
+    return outputs;
+}
+
+}  // namespace tessera

@@ -1,0 +1,56 @@
+// Runs compiled partitions in order, moving values between them and copying tensors that cross memory kinds.
+#pragma once
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "graph/graph.h"
+#include "plugins/plugins.h"
+
+namespace tessera {
+
+struct CompiledPartition {
+    ProviderInstance* instance = nullptr;  // owned by the session
+    TessCompiled* compiled = nullptr;
+    std::vector<size_t> nodes;             // indices into the session graph
+    std::vector<std::string> inputs, outputs;
+    std::vector<size_t> input_ids, output_ids;
+    size_t copy_count = 0;                 // inputs that come from another memory kind
+
+    // Strings behind TessPartitionInfo.
+    std::vector<std::string> node_names, node_ops;
+    std::vector<const char*> node_name_ptrs, node_op_ptrs, input_ptrs, output_ptrs;
+
+    CompiledPartition() = default;
+    CompiledPartition(CompiledPartition&&) = default;
+    CompiledPartition& operator=(CompiledPartition&&) = default;
+    ~CompiledPartition();
+};
+
+// Everything a run needs, fixed when the session is created.
+class Executor {
+public:
+    Executor(const Graph& graph, std::vector<CompiledPartition> partitions);
+
+    // Runs with inputs by value id; returns the requested outputs as host values owned by the caller.
+    std::vector<ValuePtr> run(const std::vector<std::pair<size_t, const TessValue*>>& inputs,
+                              const std::vector<size_t>& output_ids) const;
+
+    size_t value_id(const std::string& name) const;  // SIZE_MAX when unknown
+    const std::vector<CompiledPartition>& partitions() const { return partitions_; }
+
+private:
+    ValuePtr to_host(const TessValue& value) const;
+    ValuePtr to_instance(const TessValue& value, ProviderInstance& instance) const;
+    ProviderInstance* owner_of(const TessValue& value) const;
+
+    std::vector<CompiledPartition> partitions_;
+    std::unordered_map<std::string, size_t> ids_;
+    std::vector<std::string> names_;
+    std::vector<SharedValue> constants_;          // by id: initializer values (constants and input defaults)
+    std::vector<size_t> last_use_;                // by id: last partition that reads it
+    std::vector<bool> is_output_;                 // by id: a graph output
+};
+
+}  // namespace tessera

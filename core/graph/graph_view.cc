@@ -1,0 +1,182 @@
+#include "graph/graph_view.h"
+
+#include <unordered_set>
+
+#include "common/status.h"
+#include "model/tensor_proto.h"
+
+namespace tessera {
+
+template <typename T> const T* GraphViewBuilder::keep(std::vector<T> items) {
+    auto stored = std::make_shared<std::vector<T>>(std::move(items));
+    arrays_.push_back(stored);
+    return stored->data();
+}
+
+const TessValueView* GraphViewBuilder::value(const std::string& name) {
+    if (name.empty()) return nullptr;
+    auto it = values_.find(name);
+    if (it != values_.end()) return it->second;
+    TessValueView view{};
+    view.struct_size = sizeof(TessValueView);
+    view.name = strings_.emplace_back(name).c_str();
+    view.rank = -1;
+    auto type = graph_.types.find(name);
+    if (type != graph_.types.end()) {
+        view.kind = type->second.kind;
+        view.element_type = type->second.element_type;
+        if (type->second.has_shape) {
+            view.rank = static_cast<int64_t>(type->second.dims.size());
+            view.dims = keep(type->second.dims);
+        }
+    }
+    if (graph_.is_constant(name)) {
+        const TessValue& constant = *graph_.initializers.at(name);
+        view.constant = &constant;
+        view.kind = constant.kind;
+        view.element_type = constant.element_type;
+        view.rank = static_cast<int64_t>(constant.dims.size());
+        view.dims = constant.dims.data();
+    }
+    const TessValueView* stored = &value_store_.emplace_back(view);
+    values_[name] = stored;
+    return stored;
+}
+
+const TessAttributeView* GraphViewBuilder::attribute(const onnx::AttributeProto& attr, const Node& node) {
+    TessAttributeView view{};
+    view.struct_size = sizeof(TessAttributeView);
+    view.name = strings_.emplace_back(attr.name()).c_str();
+    view.type = attr.type();
+    auto what = [&] { return fmt::format("attribute '{}' of node {}", attr.name(), node.label()); };
+    switch (attr.type()) {
+        case onnx::AttributeProto::FLOAT: view.f = attr.f(); break;
+        case onnx::AttributeProto::INT: view.i = attr.i(); break;
+        case onnx::AttributeProto::STRING:
+            view.s = strings_.emplace_back(attr.s()).data();
+            view.s_len = attr.s().size();
+            break;
+        case onnx::AttributeProto::FLOATS:
+            view.count = static_cast<size_t>(attr.floats_size());
+            view.floats = keep(std::vector<float>(attr.floats().begin(), attr.floats().end()));
+            break;
+        case onnx::AttributeProto::INTS:
+            view.count = static_cast<size_t>(attr.ints_size());
+            view.ints = keep(std::vector<int64_t>(attr.ints().begin(), attr.ints().end()));
+            break;
+        case onnx::AttributeProto::STRINGS: {
+            std::vector<const char*> ptrs;
+            std::vector<size_t> lens;
+            for (const auto& s : attr.strings()) {
+                ptrs.push_back(strings_.emplace_back(s).data());
+                lens.push_back(s.size());
+            }
+            view.count = ptrs.size();
+            view.strings = keep(std::move(ptrs));
+            view.string_lens = keep(std::move(lens));
+            break;
+        }
+        case onnx::AttributeProto::TENSOR:
+            tensors_.push_back(tensor_from_proto(attr.t(), ExternalDataPolicy{}, what()));
+            view.tensor = tensors_.back().get();
+            break;
+        case onnx::AttributeProto::TENSORS: {
+            std::vector<const TessValue*> ptrs;
+            for (const auto& t : attr.tensors()) {
+                tensors_.push_back(tensor_from_proto(t, ExternalDataPolicy{}, what()));
+                ptrs.push_back(tensors_.back().get());
+            }
+            view.count = ptrs.size();
+            view.tensors = keep(std::move(ptrs));
+            break;
+        }
+        case onnx::AttributeProto::GRAPH:
+        case onnx::AttributeProto::GRAPHS:
+            // Subgraph views are not built yet: providers see the attribute with a NULL graph and decline.
+            view.count = static_cast<size_t>(attr.graphs_size());
+            break;
+        default:
+            break;
+    }
+    return &attribute_store_.emplace_back(view);
+}
+
+const TessGraphView* GraphViewBuilder::build(const std::vector<size_t>& node_indices,
+                                             const std::vector<std::string>* outputs) {
+    std::unordered_set<std::string> produced;
+    std::unordered_set<size_t> members(node_indices.begin(), node_indices.end());
+    for (size_t i : node_indices)
+        for (const auto& out : graph_.nodes[i].outputs)
+            if (!out.empty()) produced.insert(out);
+
+    input_names_.clear();
+    output_names_.clear();
+    std::unordered_set<std::string> seen_inputs;
+    std::vector<const TessNodeView*> nodes;
+    for (size_t i : node_indices) {
+        const Node& node = graph_.nodes[i];
+        TessNodeView view{};
+        view.struct_size = sizeof(TessNodeView);
+        view.index = i;
+        view.name = strings_.emplace_back(node.name).c_str();
+        view.op_type = strings_.emplace_back(node.op_type).c_str();
+        view.domain = strings_.emplace_back(node.domain).c_str();
+        view.opset = graph_.opset_of(node.domain);
+        std::vector<const TessValueView*> ins, outs;
+        for (const auto& in : node.inputs) {
+            ins.push_back(value(in));
+            if (!in.empty() && !produced.count(in) && !graph_.is_constant(in) && seen_inputs.insert(in).second)
+                input_names_.push_back(in);
+        }
+        for (const auto& out : node.outputs) outs.push_back(value(out));
+        std::vector<const TessAttributeView*> attrs;
+        for (const auto& attr : node.attributes) attrs.push_back(attribute(attr, node));
+        view.input_count = ins.size();
+        view.inputs = keep(std::move(ins));
+        view.output_count = outs.size();
+        view.outputs = keep(std::move(outs));
+        view.attribute_count = attrs.size();
+        view.attributes = keep(std::move(attrs));
+        nodes.push_back(&node_store_.emplace_back(view));
+    }
+
+    if (outputs != nullptr) {
+        output_names_ = *outputs;
+    } else {
+        std::unordered_set<std::string> used_outside;
+        for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+            if (members.count(i)) continue;
+            for (const auto& in : graph_.nodes[i].inputs) used_outside.insert(in);
+        }
+        for (size_t i : node_indices)
+            for (const auto& out : graph_.nodes[i].outputs)
+                if (!out.empty() && (used_outside.count(out) || graph_.is_graph_output(out)))
+                    output_names_.push_back(out);
+    }
+
+    std::vector<const TessValueView*> ins, outs;
+    for (const auto& name : input_names_) ins.push_back(value(name));
+    for (const auto& name : output_names_) outs.push_back(value(name));
+    std::vector<const char*> domains;
+    std::vector<int64_t> versions;
+    for (const auto& [domain, version] : graph_.opsets) {
+        domains.push_back(strings_.emplace_back(domain).c_str());
+        versions.push_back(version);
+    }
+
+    TessGraphView view{};
+    view.struct_size = sizeof(TessGraphView);
+    view.name = strings_.emplace_back(graph_.name).c_str();
+    view.node_count = nodes.size();
+    view.nodes = keep(std::move(nodes));
+    view.input_count = ins.size();
+    view.inputs = keep(std::move(ins));
+    view.output_count = outs.size();
+    view.outputs = keep(std::move(outs));
+    view.opset_count = domains.size();
+    view.opset_domains = keep(std::move(domains));
+    view.opset_versions = keep(std::move(versions));
+    return &graph_store_.emplace_back(view);
+}
+
+}  // namespace tessera

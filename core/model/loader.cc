@@ -1,0 +1,211 @@
+#include "model/loader.h"
+
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include "common/status.h"
+#include "model/tensor_proto.h"
+
+namespace tessera {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string normalize_domain(const std::string& domain) { return domain == "ai.onnx" ? std::string() : domain; }
+
+// ONNX's shape inference (from libonnx) fills in value types the model leaves out.  It is run only when every
+// imported opset is one this libonnx knows, because for newer opsets it would apply older operator definitions.
+void infer_types_best_effort(onnx::ModelProto& model) {
+    const auto& known = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+    for (const auto& opset : model.opset_import()) {
+        auto it = known.find(opset.domain() == "ai.onnx" ? "" : opset.domain());
+        if (it == known.end() || opset.version() > it->second.second) return;
+    }
+    if (model.ir_version() > 8) return;  // this libonnx predates IR 9
+    try {
+        onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
+                                           onnx::ShapeInferenceOptions(false, 0, false));
+    } catch (const std::exception&) {
+        // Inference is only a hint; the model is validated by our own checks and run-time shapes are authoritative.
+    }
+}
+
+void merge_type(Graph& graph, const onnx::ValueInfoProto& info) {
+    if (!info.has_type()) return;
+    TypeInfo type = type_from_proto(info.type());
+    auto [it, inserted] = graph.types.emplace(info.name(), type);
+    if (!inserted) {
+        // Keep the more informative one: a declared shape beats none.
+        if (it->second.kind == TESS_VALUE_UNKNOWN || (!it->second.has_shape && type.has_shape)) it->second = type;
+    }
+}
+
+Graph build_graph(const onnx::ModelProto& model, const ExternalDataPolicy& policy) {
+    const onnx::GraphProto& g = model.graph();
+    Graph graph;
+    graph.name = g.name();
+    graph.ir_version = model.ir_version();
+
+    for (const auto& opset : model.opset_import()) {
+        if (opset.version() < 1)
+            fail(TESS_STATUS_INVALID_MODEL, "opset import for domain '{}' has invalid version {}", opset.domain(),
+                 opset.version());
+        graph.opsets[normalize_domain(opset.domain())] = opset.version();
+    }
+    if (graph.opsets.empty()) fail(TESS_STATUS_INVALID_MODEL, "the model imports no opset");
+
+    for (const auto& init : g.initializer()) {
+        if (init.name().empty()) fail(TESS_STATUS_INVALID_MODEL, "an initializer has no name");
+        if (graph.initializers.count(init.name()))
+            fail(TESS_STATUS_INVALID_MODEL, "initializer '{}' is defined twice", init.name());
+        graph.initializers[init.name()] = tensor_from_proto(init, policy, fmt::format("initializer '{}'", init.name()));
+        TypeInfo type;
+        type.kind = TESS_VALUE_TENSOR;
+        type.element_type = init.data_type();
+        type.has_shape = true;
+        type.dims.assign(init.dims().begin(), init.dims().end());
+        type.dim_params.assign(type.dims.size(), "");
+        graph.types[init.name()] = type;
+    }
+    if (g.sparse_initializer_size() > 0)
+        fail(TESS_STATUS_NOT_IMPLEMENTED, "sparse initializers are not supported (first: '{}')",
+             g.sparse_initializer(0).values().name());
+
+    // IR < 4 lists every initializer among the inputs; such inputs are weights, not caller-overridable inputs.
+    bool initializers_are_constants = model.ir_version() < 4;
+    std::unordered_set<std::string> seen_inputs;
+    for (const auto& input : g.input()) {
+        if (input.name().empty()) fail(TESS_STATUS_INVALID_MODEL, "a graph input has no name");
+        if (!seen_inputs.insert(input.name()).second)
+            fail(TESS_STATUS_INVALID_MODEL, "graph input '{}' is listed twice", input.name());
+        bool is_initializer = graph.initializers.count(input.name()) != 0;
+        if (input.has_type()) graph.types[input.name()] = type_from_proto(input.type());
+        if (is_initializer && initializers_are_constants) continue;
+        graph.inputs.push_back(input.name());
+    }
+    for (const auto& info : g.value_info()) merge_type(graph, info);
+    for (const auto& output : g.output()) {
+        if (output.name().empty()) fail(TESS_STATUS_INVALID_MODEL, "a graph output has no name");
+        merge_type(graph, output);
+        graph.outputs.push_back(output.name());
+    }
+
+    std::unordered_set<std::string> defined(graph.inputs.begin(), graph.inputs.end());
+    for (const auto& [name, _] : graph.initializers) defined.insert(name);
+    graph.nodes.reserve(static_cast<size_t>(g.node_size()));
+    for (int i = 0; i < g.node_size(); ++i) {
+        const onnx::NodeProto& proto = g.node(i);
+        Node node;
+        node.name = proto.name();
+        node.op_type = proto.op_type();
+        node.domain = normalize_domain(proto.domain());
+        if (node.op_type.empty()) fail(TESS_STATUS_INVALID_MODEL, "node #{} ('{}') has no op_type", i, node.name);
+        if (graph.opsets.count(node.domain) == 0)
+            fail(TESS_STATUS_INVALID_MODEL, "node {} uses domain '{}', which the model does not import", node.label(),
+                 node.domain);
+        node.inputs.assign(proto.input().begin(), proto.input().end());
+        node.outputs.assign(proto.output().begin(), proto.output().end());
+        for (const auto& out : node.outputs) {
+            if (out.empty()) continue;
+            if (!defined.insert(out).second)
+                fail(TESS_STATUS_INVALID_MODEL, "node {} writes '{}', which is already defined elsewhere", node.label(),
+                     out);
+        }
+        std::unordered_set<std::string> attr_names;
+        for (const auto& attr : proto.attribute()) {
+            if (attr.name().empty()) fail(TESS_STATUS_INVALID_MODEL, "node {} has an attribute without a name", node.label());
+            if (!attr_names.insert(attr.name()).second)
+                fail(TESS_STATUS_INVALID_MODEL, "node {} has attribute '{}' twice", node.label(), attr.name());
+            node.attributes.push_back(attr);
+        }
+        graph.nodes.push_back(std::move(node));
+    }
+    graph.sort_topologically();
+    for (const auto& out : graph.outputs)
+        if (defined.count(out) == 0)
+            fail(TESS_STATUS_INVALID_MODEL, "graph output '{}' is not produced by any node, input or initializer", out);
+    return graph;
+}
+
+LoadedModel load(onnx::ModelProto& model, std::optional<fs::path> base_dir) {
+    if (!model.has_ir_version())
+        fail(TESS_STATUS_INVALID_MODEL, "the model has no ir_version");
+    if (model.ir_version() < kMinIrVersion || model.ir_version() > kMaxIrVersion)
+        fail(TESS_STATUS_INVALID_MODEL, "IR version {} is not supported (Tessera reads IR {} to {})",
+             model.ir_version(), kMinIrVersion, kMaxIrVersion);
+    if (!model.has_graph()) fail(TESS_STATUS_INVALID_MODEL, "the model has no graph");
+    infer_types_best_effort(model);
+    LoadedModel loaded;
+    loaded.ir_version = model.ir_version();
+    loaded.producer = model.producer_name();
+    loaded.graph = build_graph(model, ExternalDataPolicy{std::move(base_dir)});
+    return loaded;
+}
+
+}  // namespace
+
+TypeInfo type_from_proto(const onnx::TypeProto& type) {
+    TypeInfo info;
+    const onnx::TypeProto* tensor = nullptr;
+    if (type.has_tensor_type()) {
+        info.kind = TESS_VALUE_TENSOR;
+        tensor = &type;
+    } else if (type.has_sequence_type()) {
+        info.kind = TESS_VALUE_SEQUENCE;
+        if (type.sequence_type().elem_type().has_tensor_type()) tensor = &type.sequence_type().elem_type();
+    } else if (type.has_optional_type()) {
+        info.kind = TESS_VALUE_OPTIONAL;
+        const auto& elem = type.optional_type().elem_type();
+        if (elem.has_tensor_type()) tensor = &elem;
+        else if (elem.has_sequence_type() && elem.sequence_type().elem_type().has_tensor_type())
+            tensor = &elem.sequence_type().elem_type();
+    } else if (type.has_map_type()) {
+        info.kind = TESS_VALUE_MAP;
+    } else if (type.has_sparse_tensor_type()) {
+        info.kind = TESS_VALUE_UNKNOWN;
+    }
+    if (tensor != nullptr) {
+        const auto& t = tensor->tensor_type();
+        info.element_type = t.elem_type();
+        if (t.has_shape() && info.kind == TESS_VALUE_TENSOR) {
+            info.has_shape = true;
+            for (const auto& dim : t.shape().dim()) {
+                info.dims.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
+                info.dim_params.push_back(dim.has_dim_param() ? dim.dim_param() : "");
+            }
+        }
+    }
+    return info;
+}
+
+LoadedModel load_model_bytes(const void* data, size_t size, std::optional<fs::path> base_dir) {
+    if (data == nullptr || size == 0) fail(TESS_STATUS_INVALID_ARGUMENT, "the model is empty");
+    if (size > static_cast<size_t>(std::numeric_limits<int>::max()))
+        fail(TESS_STATUS_INVALID_MODEL, "the model is larger than 2 GiB; store its weights as external data");
+    onnx::ModelProto model;
+    if (!model.ParseFromArray(data, static_cast<int>(size)))
+        fail(TESS_STATUS_INVALID_MODEL, "not a valid ONNX model (the protobuf does not parse)");
+    return load(model, std::move(base_dir));
+}
+
+LoadedModel load_model_file(const fs::path& path) {
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) fail(TESS_STATUS_NOT_FOUND, "model file '{}' not found", path.string());
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail(TESS_STATUS_NOT_FOUND, "cannot open model file '{}'", path.string());
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    fs::path dir = path.parent_path();
+    if (dir.empty()) dir = ".";
+    try {
+        return load_model_bytes(bytes.data(), bytes.size(), dir);
+    } catch (const Error& e) {
+        throw Error(e.code(), fmt::format("{}: {}", path.filename().string(), e.what()));
+    }
+}
+
+}  // namespace tessera

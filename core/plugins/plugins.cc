@@ -1,0 +1,407 @@
+#include "plugins/plugins.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "plugins/contexts.h"
+
+namespace fs = std::filesystem;
+
+namespace tessera {
+
+// ---- Host functions ------------------------------------------------------------------------------------------
+
+namespace {
+
+TessStatus* host_status_create(int32_t code, const char* message) {
+    return make_status(static_cast<TessStatusCode>(code), message != nullptr ? message : "");
+}
+int32_t host_status_code(const TessStatus* s) { return s == nullptr ? TESS_STATUS_OK : s->code; }
+const char* host_status_message(const TessStatus* s) { return s == nullptr ? "" : s->message.c_str(); }
+void host_status_release(TessStatus* s) { release_status(s); }
+
+void host_log(int32_t level, const char* source, const char* message) {
+    try {
+        log_message(level, source != nullptr ? source : "plugin", message != nullptr ? message : "");
+    } catch (...) {
+    }
+}
+
+void host_capability_claim(TessCapabilityContext* ctx, size_t node_index) {
+    try {
+        if (ctx != nullptr && node_index < ctx->offered.size() && ctx->offered[node_index])
+            ctx->claimed.push_back(node_index);
+    } catch (...) {
+    }
+}
+
+void host_capability_decline(TessCapabilityContext* ctx, size_t node_index, const char* reason) {
+    try {
+        if (ctx != nullptr && node_index < ctx->offered.size())
+            ctx->declined[node_index] = reason != nullptr ? reason : "";
+    } catch (...) {
+    }
+}
+
+size_t host_compute_input_count(const TessComputeContext* ctx) { return ctx ? ctx->input_count : 0; }
+const TessValue* host_compute_input(const TessComputeContext* ctx, size_t i) {
+    return ctx && i < ctx->input_count ? ctx->inputs[i] : nullptr;
+}
+size_t host_compute_output_count(const TessComputeContext* ctx) { return ctx ? ctx->outputs->size() : 0; }
+
+TessStatus* host_compute_allocate_output(TessComputeContext* ctx, size_t index, int32_t element_type,
+                                         const int64_t* dims, size_t rank, TessValue** out) {
+    return guarded([&] {
+        if (ctx == nullptr || out == nullptr || (rank > 0 && dims == nullptr))
+            fail(TESS_STATUS_INVALID_ARGUMENT, "allocate_output: NULL argument");
+        if (index >= ctx->outputs->size())
+            fail(TESS_STATUS_INVALID_ARGUMENT, "allocate_output: output {} of {}", index, ctx->outputs->size());
+        std::vector<int64_t> shape(dims, dims + rank);
+        ValuePtr value = element_type == TESS_ELEMENT_STRING ? make_host_tensor(element_type, shape)
+                                                             : ctx->instance->allocate_tensor(element_type, shape);
+        *out = value.get();
+        (*ctx->outputs)[index] = std::move(value);
+    });
+}
+
+TessStatus* host_compute_set_output(TessComputeContext* ctx, size_t index, TessValue* value) {
+    ValuePtr owned(value);  // ownership passes even on error
+    return guarded([&] {
+        if (ctx == nullptr || value == nullptr) fail(TESS_STATUS_INVALID_ARGUMENT, "set_output: NULL argument");
+        if (index >= ctx->outputs->size())
+            fail(TESS_STATUS_INVALID_ARGUMENT, "set_output: output {} of {}", index, ctx->outputs->size());
+        (*ctx->outputs)[index] = std::move(owned);
+    });
+}
+
+}  // namespace
+
+}  // namespace tessera
+
+// The value functions of the consumer API serve plugins as well (defined in api/c_api_values.cc).
+extern "C" {
+int32_t tess_value_kind(const TessValue*);
+int32_t tess_value_element_type(const TessValue*);
+size_t tess_tensor_rank(const TessValue*);
+const int64_t* tess_tensor_dims(const TessValue*);
+size_t tess_tensor_element_count(const TessValue*);
+size_t tess_tensor_byte_size(const TessValue*);
+void* tess_tensor_data(TessValue*);
+const void* tess_tensor_const_data(const TessValue*);
+TessStatus* tess_tensor_get_string(const TessValue*, size_t, const char**, size_t*);
+TessStatus* tess_tensor_set_string(TessValue*, size_t, const char*, size_t);
+size_t tess_sequence_length(const TessValue*);
+const TessValue* tess_sequence_at(const TessValue*, size_t);
+int32_t tess_optional_has_value(const TessValue*);
+const TessValue* tess_optional_value(const TessValue*);
+TessStatus* tess_value_create_tensor(int32_t, const int64_t*, size_t, TessValue**);
+TessStatus* tess_value_create_sequence(int32_t, TessValue* const*, size_t, TessValue**);
+TessStatus* tess_value_create_optional(int32_t, TessValue*, TessValue**);
+void tess_value_release(TessValue*);
+}
+
+namespace tessera {
+
+const TessHostApi& host_api() {
+    static const TessHostApi api = [] {
+        TessHostApi a{};
+        a.struct_size = sizeof(TessHostApi);
+        a.abi_version_min = TESS_PLUGIN_ABI_VERSION_MIN;
+        a.abi_version_max = TESS_PLUGIN_ABI_VERSION_MAX;
+        a.status_create = host_status_create;
+        a.status_code = host_status_code;
+        a.status_message = host_status_message;
+        a.status_release = host_status_release;
+        a.log = host_log;
+        a.value_kind = tess_value_kind;
+        a.value_element_type = tess_value_element_type;
+        a.tensor_rank = tess_tensor_rank;
+        a.tensor_dims = tess_tensor_dims;
+        a.tensor_element_count = tess_tensor_element_count;
+        a.tensor_byte_size = tess_tensor_byte_size;
+        a.tensor_data = tess_tensor_data;
+        a.tensor_const_data = tess_tensor_const_data;
+        a.tensor_get_string = tess_tensor_get_string;
+        a.tensor_set_string = tess_tensor_set_string;
+        a.sequence_length = tess_sequence_length;
+        a.sequence_at = tess_sequence_at;
+        a.optional_has_value = tess_optional_has_value;
+        a.optional_value = tess_optional_value;
+        a.value_create_tensor = tess_value_create_tensor;
+        a.value_create_sequence = tess_value_create_sequence;
+        a.value_create_optional = tess_value_create_optional;
+        a.value_release = tess_value_release;
+        a.capability_claim = host_capability_claim;
+        a.capability_decline = host_capability_decline;
+        a.compute_input_count = host_compute_input_count;
+        a.compute_input = host_compute_input;
+        a.compute_output_count = host_compute_output_count;
+        a.compute_allocate_output = host_compute_allocate_output;
+        a.compute_set_output = host_compute_set_output;
+        return a;
+    }();
+    return api;
+}
+
+// ---- Provider instances ----------------------------------------------------------------------------------------
+
+ProviderInstance* ProviderInstance::create(std::shared_ptr<const Provider> provider,
+                                           const TessProviderOptions& options) {
+    auto* instance = new ProviderInstance;
+    instance->provider_ = std::move(provider);
+    TessStatus* status = instance->api().create_instance(instance->api().provider_data, &options, &instance->handle_);
+    if (status != nullptr) {
+        std::string name = instance->provider_->name;
+        instance->handle_ = nullptr;
+        delete instance;
+        throw_if_error(status, fmt::format("provider '{}' could not start", name));
+    }
+    instance->memory_ = instance->api().memory_kind ? instance->api().memory_kind(instance->handle_) : nullptr;
+    return instance;
+}
+
+ProviderInstance::~ProviderInstance() {
+    if (handle_ != nullptr && api().release_instance != nullptr) api().release_instance(handle_);
+}
+
+void ProviderInstance::release() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+}
+
+bool ProviderInstance::is_host_memory() const {
+    return memory_ == nullptr || std::strcmp(memory_->name, TESS_HOST_MEMORY_NAME) == 0;
+}
+
+void ProviderInstance::free_tensor(void* instance, void* data) {
+    auto* self = static_cast<ProviderInstance*>(instance);
+    self->api().free(self->handle_, data);
+    self->release();
+}
+
+ValuePtr ProviderInstance::allocate_tensor(int32_t element_type, std::vector<int64_t> dims) {
+    if (element_type == TESS_ELEMENT_STRING) fail(TESS_STATUS_INVALID_ARGUMENT, "string tensors live in host memory");
+    if (!is_valid_element_type(element_type))
+        fail(TESS_STATUS_INVALID_ARGUMENT, "unknown element type {}", element_type);
+    size_t bytes = storage_bytes(element_type, checked_element_count(dims.data(), dims.size()));
+    void* data = nullptr;
+    throw_if_error(api().allocate(handle_, bytes == 0 ? 1 : bytes, 64, &data),
+                   fmt::format("provider '{}' could not allocate {} bytes", provider_->name, bytes));
+    if (data == nullptr) fail(TESS_STATUS_OUT_OF_MEMORY, "provider '{}' returned no memory", provider_->name);
+    ValuePtr value = make_borrowed_tensor(element_type, std::move(dims), data, bytes);
+    retain();
+    value->deleter = free_tensor;
+    value->deleter_data = this;
+    value->memory = memory_;
+    return value;
+}
+
+ValuePtr ProviderInstance::copy_from_host(const TessValue& host_value) {
+    ValuePtr value = allocate_tensor(host_value.element_type, host_value.dims);
+    if (value->byte_size == 0) return value;
+    if (api().copy_from_host == nullptr) {
+        std::memcpy(value->data, host_value.data, value->byte_size);
+    } else {
+        throw_if_error(api().copy_from_host(handle_, value->data, host_value.data, value->byte_size),
+                       fmt::format("copy to provider '{}'", provider_->name));
+    }
+    return value;
+}
+
+ValuePtr ProviderInstance::copy_to_host(const TessValue& value) {
+    ValuePtr host = make_host_tensor(value.element_type, value.dims);
+    if (value.byte_size == 0) return host;
+    if (api().copy_to_host == nullptr) {
+        std::memcpy(host->data, value.data, value.byte_size);
+    } else {
+        throw_if_error(api().copy_to_host(handle_, host->data, value.data, value.byte_size),
+                       fmt::format("copy from provider '{}'", provider_->name));
+    }
+    return host;
+}
+
+// ---- Discovery ---------------------------------------------------------------------------------------------
+
+fs::path PluginManager::default_plugin_dir() {
+    boost::system::error_code ec;
+    boost::dll::fs::path self = boost::dll::this_line_location(ec);
+    if (ec) return {};
+    return fs::path(self.parent_path().string()) / "tessera" / "plugins";
+}
+
+void PluginManager::discover(bool default_dirs, const std::string& extra_path) {
+    std::vector<fs::path> dirs;
+    auto add_list = [&](const std::string& list) {
+        size_t start = 0;
+        while (start <= list.size()) {
+            size_t end = list.find(':', start);
+            if (end == std::string::npos) end = list.size();
+            if (end > start) dirs.emplace_back(list.substr(start, end - start));
+            start = end + 1;
+        }
+    };
+    if (default_dirs) {
+        fs::path own = default_plugin_dir();
+        if (!own.empty()) dirs.push_back(own);
+        if (const char* env = std::getenv("TESSERA_PLUGIN_PATH")) add_list(env);
+    }
+    add_list(extra_path);
+    for (const auto& dir : dirs) scan_directory(dir);
+}
+
+void PluginManager::scan_directory(const fs::path& dir) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) {
+        log_message(TESS_LOG_DEBUG, "plugins", fmt::format("plugin directory '{}' does not exist", dir.string()));
+        return;
+    }
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+        std::string name = entry.path().filename().string();
+        if (name.empty() || name[0] == '.') continue;
+        if (entry.is_regular_file(ec)) files.push_back(entry.path());
+    }
+    std::sort(files.begin(), files.end());  // deterministic load order
+    for (const auto& file : files) load(file);
+}
+
+namespace {
+
+bool looks_like_elf(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    char magic[4] = {};
+    in.read(magic, 4);
+    return in.gcount() == 4 && magic[0] == 0x7f && magic[1] == 'E' && magic[2] == 'L' && magic[3] == 'F';
+}
+
+}  // namespace
+
+PluginRecord PluginManager::load(const fs::path& path) {
+    PluginRecord record;
+    std::error_code ec;
+    fs::path canonical = fs::weakly_canonical(path, ec);
+    record.path = (ec ? path : canonical).string();
+
+    auto finish = [&](int32_t state, std::string reason) {
+        record.state = state;
+        record.reason = std::move(reason);
+        if (state == TESS_PLUGIN_SKIPPED)
+            log_message(TESS_LOG_INFO, "plugins", fmt::format("skipped '{}': {}", record.path, record.reason));
+        std::lock_guard lock(mutex_);
+        records_.push_back(record);
+        return record;
+    };
+
+    {
+        std::lock_guard lock(mutex_);
+        if (std::find(loaded_paths_.begin(), loaded_paths_.end(), record.path) != loaded_paths_.end())
+            return PluginRecord{record.path, "", "", TESS_PLUGIN_SKIPPED, "already loaded", 0, ""};
+    }
+    if (!fs::is_regular_file(path, ec)) return finish(TESS_PLUGIN_SKIPPED, "file not found");
+    if (!looks_like_elf(path)) return finish(TESS_PLUGIN_SKIPPED, "not a shared library (no ELF header)");
+
+    auto library = std::make_shared<boost::dll::shared_library>();
+    try {
+        library->load(boost::dll::fs::path(record.path),
+                      boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+    } catch (const std::exception& e) {
+        return finish(TESS_PLUGIN_SKIPPED, fmt::format("not a loadable shared library: {}", e.what()));
+    }
+    if (!library->has(TESS_PLUGIN_ENTRY_NAME))
+        return finish(TESS_PLUGIN_SKIPPED, fmt::format("no entry symbol '{}'", TESS_PLUGIN_ENTRY_NAME));
+
+    auto entry = library->get<TessStatus*(const TessHostApi*, TessPluginExports*)>(TESS_PLUGIN_ENTRY_NAME);
+    TessPluginExports exports{};
+    exports.struct_size = sizeof(exports);
+    TessStatus* status = nullptr;
+    try {
+        status = entry(&host_api(), &exports);
+    } catch (...) {
+        return finish(TESS_PLUGIN_SKIPPED, "the entry function threw an exception");
+    }
+    if (exports.name != nullptr) record.name = exports.name;
+    if (exports.version != nullptr) record.version = exports.version;
+    if (status != nullptr) {
+        std::string reason = status->message;
+        bool abi = status->code == TESS_STATUS_ABI_MISMATCH;
+        release_status(status);
+        return finish(TESS_PLUGIN_SKIPPED, abi ? "ABI version out of range: " + reason : "init failed: " + reason);
+    }
+    if (exports.abi_version < TESS_PLUGIN_ABI_VERSION_MIN || exports.abi_version > TESS_PLUGIN_ABI_VERSION_MAX)
+        return finish(TESS_PLUGIN_SKIPPED,
+                      fmt::format("ABI version out of range: the plugin chose {}, the core speaks {} to {}",
+                                  exports.abi_version, TESS_PLUGIN_ABI_VERSION_MIN, TESS_PLUGIN_ABI_VERSION_MAX));
+    record.abi_version = exports.abi_version;
+    if (exports.provider_count > 0 && exports.providers == nullptr)
+        return finish(TESS_PLUGIN_SKIPPED, "init failed: provider table missing");
+
+    std::vector<std::shared_ptr<const Provider>> offered;
+    std::vector<std::string> names;
+    std::string unavailable;
+    for (size_t i = 0; i < exports.provider_count; ++i) {
+        const TessProviderApi* api = exports.providers[i];
+        if (api == nullptr || api->struct_size < offsetof(TessProviderApi, copy_from_host) + sizeof(void*) ||
+            api->name == nullptr || api->create_instance == nullptr || api->get_capability == nullptr ||
+            api->compile == nullptr || api->compute == nullptr || api->allocate == nullptr || api->free == nullptr)
+            return finish(TESS_PLUGIN_SKIPPED, fmt::format("init failed: provider table {} is incomplete", i));
+        auto provider = std::make_shared<Provider>();
+        provider->name = api->name;
+        provider->api = api;
+        provider->library = library;
+        provider->available = true;
+        if (api->check_available != nullptr) {
+            TessStatus* why = api->check_available(api->provider_data);
+            if (why != nullptr) {
+                provider->available = false;
+                provider->unavailable_reason = why->message;
+                release_status(why);
+                unavailable += (unavailable.empty() ? "" : "; ") + provider->name + ": " + provider->unavailable_reason;
+            }
+        }
+        if (find(provider->name) != nullptr)
+            return finish(TESS_PLUGIN_SKIPPED, fmt::format("provider '{}' is already loaded", provider->name));
+        names.push_back(provider->name);
+        offered.push_back(std::move(provider));
+    }
+    record.providers = fmt::format("{}", fmt::join(names, ","));
+    bool any_available = std::any_of(offered.begin(), offered.end(), [](const auto& p) { return p->available; });
+    {
+        std::lock_guard lock(mutex_);
+        loaded_paths_.push_back(record.path);
+        for (auto& p : offered) providers_.push_back(p);
+    }
+    if (!offered.empty() && !any_available) return finish(TESS_PLUGIN_UNAVAILABLE, unavailable);
+    return finish(TESS_PLUGIN_LOADED, unavailable);
+}
+
+std::vector<PluginRecord> PluginManager::report() const {
+    std::lock_guard lock(mutex_);
+    return records_;
+}
+
+std::vector<std::shared_ptr<const Provider>> PluginManager::providers() const {
+    std::lock_guard lock(mutex_);
+    std::vector<std::shared_ptr<const Provider>> result;
+    // Specialised providers first, general-purpose fallbacks last (stable within each group).
+    auto fallback = [](const Provider& p) { return TESS_HAS_FIELD(p.api, TessProviderApi, is_fallback) && p.api->is_fallback; };
+    for (const auto& p : providers_)
+        if (p->available && !fallback(*p)) result.push_back(p);
+    for (const auto& p : providers_)
+        if (p->available && fallback(*p)) result.push_back(p);
+    return result;
+}
+
+std::shared_ptr<const Provider> PluginManager::find(const std::string& name) const {
+    std::lock_guard lock(mutex_);
+    for (const auto& p : providers_)
+        if (p->name == name) return p;
+    return nullptr;
+}
+
+}  // namespace tessera

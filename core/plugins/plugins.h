@@ -1,0 +1,108 @@
+// Plugin discovery and loading (Boost.DLL), ABI negotiation, and the core-side handles of providers.
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <boost/dll/shared_library.hpp>
+
+#include "common/value.h"
+#include "tessera/provider.h"
+#include "tessera/tessera.h"
+
+namespace tessera {
+
+// The core's table of host functions handed to every plugin.
+const TessHostApi& host_api();
+
+// A provider offered by a loaded plugin.
+struct Provider {
+    std::string name;
+    const TessProviderApi* api = nullptr;
+    std::shared_ptr<boost::dll::shared_library> library;  // keeps the code mapped while the provider is in use
+    bool available = false;
+    std::string unavailable_reason;
+};
+
+// One provider instance, owned jointly by a session and by every value allocated with its allocator (values may
+// outlive the session that produced them).
+class ProviderInstance {
+public:
+    static ProviderInstance* create(std::shared_ptr<const Provider> provider, const TessProviderOptions& options);
+    void retain() { refs_.fetch_add(1, std::memory_order_relaxed); }
+    void release();
+
+    const Provider& provider() const { return *provider_; }
+    const TessProviderApi& api() const { return *provider_->api; }
+    TessProviderInstance* handle() const { return handle_; }
+    const TessMemoryKind* memory_kind() const { return memory_; }
+    bool is_host_memory() const;
+
+    // A tensor in this provider's memory, allocated with its allocator; the value keeps the instance alive.
+    ValuePtr allocate_tensor(int32_t element_type, std::vector<int64_t> dims);
+    // Copies a host tensor into this provider's memory and back.
+    ValuePtr copy_from_host(const TessValue& host_value);
+    ValuePtr copy_to_host(const TessValue& value);
+
+private:
+    ProviderInstance() = default;
+    ~ProviderInstance();
+    static void free_tensor(void* instance, void* data);
+
+    std::shared_ptr<const Provider> provider_;
+    TessProviderInstance* handle_ = nullptr;
+    const TessMemoryKind* memory_ = nullptr;
+    std::atomic<int> refs_{1};
+};
+
+struct InstanceRef {
+    ProviderInstance* ptr = nullptr;
+    InstanceRef() = default;
+    explicit InstanceRef(ProviderInstance* p) : ptr(p) {}
+    InstanceRef(InstanceRef&& o) noexcept : ptr(o.ptr) { o.ptr = nullptr; }
+    InstanceRef& operator=(InstanceRef&& o) noexcept { std::swap(ptr, o.ptr); return *this; }
+    InstanceRef(const InstanceRef&) = delete;
+    ~InstanceRef() { if (ptr) ptr->release(); }
+    ProviderInstance* operator->() const { return ptr; }
+    ProviderInstance* get() const { return ptr; }
+};
+
+struct PluginRecord {
+    std::string path;
+    std::string name;
+    std::string version;
+    int32_t state = TESS_PLUGIN_SKIPPED;
+    std::string reason;
+    uint32_t abi_version = 0;
+    std::string providers;  // comma-separated
+};
+
+// The plugins of one environment.
+class PluginManager {
+public:
+    // Discovery: <libdir>/tessera/plugins, then TESSERA_PLUGIN_PATH, then `extra_path` (colon-separated).
+    void discover(bool default_dirs, const std::string& extra_path);
+    // Loads one file; returns the record (also stored in the report).
+    PluginRecord load(const std::filesystem::path& path);
+
+    std::vector<PluginRecord> report() const;
+    // Usable providers in default priority order: discovery order, with "cpu" last.
+    std::vector<std::shared_ptr<const Provider>> providers() const;
+    std::shared_ptr<const Provider> find(const std::string& name) const;  // NULL when not loaded
+
+    static std::filesystem::path default_plugin_dir();  // <dir of libtessera>/tessera/plugins
+
+private:
+    void scan_directory(const std::filesystem::path& dir);
+
+    mutable std::mutex mutex_;
+    std::vector<PluginRecord> records_;
+    std::vector<std::shared_ptr<const Provider>> providers_;
+    std::vector<std::string> loaded_paths_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,259 @@
+#include "session/session.h"
+
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/status.h"
+#include "graph/graph_view.h"
+#include "optimizer/optimizer.h"
+#include "partition/partitioner.h"
+#include "plugins/contexts.h"
+
+namespace tessera {
+
+namespace {
+
+IoInfo make_io_info(const Graph& graph, const std::string& name) {
+    IoInfo info;
+    info.name = name;
+    auto it = graph.types.find(name);
+    if (it != graph.types.end()) info.type = it->second;
+    if (info.type.has_shape && info.type.dim_params.size() != info.type.dims.size())
+        info.type.dim_params.resize(info.type.dims.size());
+    for (const auto& p : info.type.dim_params) info.dim_param_ptrs.push_back(p.c_str());
+    return info;
+}
+
+}  // namespace
+
+Session::Session(TessEnv& env, LoadedModel model, const TessSessionOptions& options)
+    : graph_(std::move(model.graph)) {
+    for (const auto& in : graph_.inputs) inputs_.push_back(make_io_info(graph_, in));
+    for (const auto& out : graph_.outputs) outputs_.push_back(make_io_info(graph_, out));
+    choose_providers(env, options);
+    if (options.optimization_level > 0) {
+        PassContext context;
+        context.evaluate = [this](const Graph& graph, size_t node) { return evaluate_constant_node(graph, node); };
+        optimize(graph_, context);
+    }
+    compile(options);
+}
+
+Session::~Session() {
+    executor_.reset();  // compiled partitions go before the instances that made them
+}
+
+void Session::choose_providers(TessEnv& env, const TessSessionOptions& options) {
+    std::vector<std::shared_ptr<const Provider>> chosen;
+    auto add = [&](std::shared_ptr<const Provider> p) {
+        for (const auto& c : chosen)
+            if (c->name == p->name) return;
+        chosen.push_back(std::move(p));
+    };
+    if (options.providers.empty()) {
+        for (auto& p : env.plugins.providers()) add(p);
+    } else {
+        for (const auto& name : options.providers) {
+            auto provider = env.plugins.find(name);
+            std::string problem;
+            if (!provider) problem = fmt::format("provider '{}' is not loaded", name);
+            else if (!provider->available)
+                problem = fmt::format("provider '{}' is unavailable: {}", name, provider->unavailable_reason);
+            if (problem.empty()) {
+                add(provider);
+                continue;
+            }
+            if (options.strict) fail(TESS_STATUS_UNAVAILABLE, "{} (strict mode)", problem);
+            log_message(TESS_LOG_WARNING, "session", problem + "; falling back");
+        }
+        if (!options.strict) {
+            // The general-purpose fallbacks run whatever the listed providers leave.
+            for (auto& p : env.plugins.providers())
+                if (TESS_HAS_FIELD(p->api, TessProviderApi, is_fallback) && p->api->is_fallback) add(p);
+        }
+    }
+    if (chosen.empty()) fail(TESS_STATUS_UNAVAILABLE, "no execution provider is available (is the plugin directory "
+                                                     "next to libtessera, or TESSERA_PLUGIN_PATH set?)");
+    TessProviderOptions provider_options{};
+    provider_options.struct_size = sizeof(provider_options);
+    int threads = options.intra_op_threads;
+    if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    provider_options.intra_op_threads = threads;
+    for (auto& provider : chosen) {
+        try {
+            instances_.emplace_back(ProviderInstance::create(provider, provider_options));
+        } catch (const Error& e) {
+            if (options.strict) throw;
+            log_message(TESS_LOG_WARNING, "session", e.what());
+        }
+    }
+    if (instances_.empty()) fail(TESS_STATUS_UNAVAILABLE, "no execution provider could be started");
+}
+
+std::vector<ValuePtr> Session::evaluate_constant_node(const Graph& graph, size_t node_index) {
+    for (auto& instance : instances_) {
+        if (!instance->is_host_memory()) continue;
+        try {
+            GraphViewBuilder builder(graph);
+            std::vector<std::string> outputs;
+            for (const auto& out : graph.nodes[node_index].outputs) outputs.push_back(out);
+            const TessGraphView* view = builder.build({node_index}, &outputs);
+            TessCapabilityContext capability;
+            capability.offered.assign(graph.nodes.size(), false);
+            capability.offered[node_index] = true;
+            throw_if_error(instance->api().get_capability(instance->handle(), view, &capability));
+            if (capability.claimed.empty()) continue;
+            CompiledPartition part;
+            part.instance = instance.get();
+            throw_if_error(instance->api().compile(instance->handle(), view, &part.compiled));
+            std::vector<ValuePtr> results(outputs.size());
+            TessComputeContext ctx;
+            ctx.outputs = &results;
+            ctx.instance = instance.get();
+            throw_if_error(instance->api().compute(part.compiled, &ctx));
+            for (size_t i = 0; i < outputs.size(); ++i)
+                if (!outputs[i].empty() && !results[i]) return {};
+            return results;
+        } catch (const Error& e) {
+            log_message(TESS_LOG_DEBUG, "optimizer",
+                        fmt::format("not folding {}: {}", graph.nodes[node_index].label(), e.what()));
+            return {};
+        }
+    }
+    return {};
+}
+
+void Session::compile(const TessSessionOptions& options) {
+    PartitionRequest request;
+    request.graph = &graph_;
+    for (auto& instance : instances_) request.providers.push_back(instance.get());
+
+    // A provider that fails to compile a group gives those nodes up to the next provider (unless strict).
+    for (size_t attempt = 0;; ++attempt) {
+        PartitionResult plan = partition_graph(request);
+        std::vector<CompiledPartition> compiled;
+        bool retry = false;
+        for (const auto& group : plan.groups) {
+            CompiledPartition part;
+            part.instance = request.providers[group.provider];
+            part.nodes = group.nodes;
+            GraphViewBuilder builder(graph_);
+            const TessGraphView* view = builder.build(group.nodes);
+            part.inputs = builder.input_names();
+            part.outputs = builder.output_names();
+            TessStatus* status = part.instance->api().compile(part.instance->handle(), view, &part.compiled);
+            if (status != nullptr) {
+                std::string provider = part.instance->provider().name;
+                if (options.strict || attempt > instances_.size() * 4)
+                    throw_if_error(status, fmt::format("provider '{}' failed to compile a partition", provider));
+                log_message(TESS_LOG_WARNING, "session",
+                            fmt::format("provider '{}' failed to compile {} node(s), falling back: {}", provider,
+                                        group.nodes.size(), status->message));
+                release_status(status);
+                request.excluded[group.provider].insert(group.nodes.begin(), group.nodes.end());
+                retry = true;
+                break;
+            }
+            compiled.push_back(std::move(part));
+        }
+        if (retry) continue;
+
+        for (auto& part : compiled) {
+            for (size_t n : part.nodes) {
+                const Node& node = graph_.nodes[n];
+                part.node_names.push_back(node.name.empty() ? fmt::format("{}#{}", node.op_type, n) : node.name);
+                part.node_ops.push_back(node.domain.empty() ? node.op_type : node.domain + ":" + node.op_type);
+            }
+            for (auto& s : part.node_names) part.node_name_ptrs.push_back(s.c_str());
+            for (auto& s : part.node_ops) part.node_op_ptrs.push_back(s.c_str());
+            for (auto& s : part.inputs) part.input_ptrs.push_back(s.c_str());
+            for (auto& s : part.outputs) part.output_ptrs.push_back(s.c_str());
+        }
+        // Count the boundary copies: inputs produced in another memory kind (caller inputs live on the host).
+        auto memory_name = [](const ProviderInstance* instance) -> std::string {
+            return instance == nullptr || instance->is_host_memory() ? TESS_HOST_MEMORY_NAME
+                                                                     : instance->memory_kind()->name;
+        };
+        std::unordered_map<std::string, const ProviderInstance*> producer;
+        for (const auto& part : compiled)
+            for (const auto& out : part.outputs) producer[out] = part.instance;
+        for (auto& part : compiled) {
+            for (const auto& in : part.inputs) {
+                auto it = producer.find(in);
+                if (memory_name(it == producer.end() ? nullptr : it->second) != memory_name(part.instance))
+                    ++part.copy_count;
+            }
+        }
+        // Providers copied the constants they need while compiling; keep only what a run still reads directly
+        // (caller-overridable defaults and constants returned as graph outputs).
+        for (auto it = graph_.initializers.begin(); it != graph_.initializers.end();) {
+            if (graph_.is_graph_input(it->first) || graph_.is_graph_output(it->first)) ++it;
+            else it = graph_.initializers.erase(it);
+        }
+        executor_ = std::make_unique<Executor>(graph_, std::move(compiled));
+        break;
+    }
+}
+
+void Session::check_input(const IoInfo& info, const TessValue& value) const {
+    const TypeInfo& declared = info.type;
+    if (declared.kind != TESS_VALUE_UNKNOWN && value.kind != declared.kind)
+        fail(TESS_STATUS_INVALID_ARGUMENT, "input '{}' expects a {} but got {}", info.name,
+             declared.kind == TESS_VALUE_TENSOR ? "tensor" : declared.kind == TESS_VALUE_SEQUENCE ? "sequence" : "optional",
+             describe_type(value));
+    if (value.kind != TESS_VALUE_TENSOR) return;
+    if (declared.element_type != TESS_ELEMENT_UNDEFINED && value.element_type != declared.element_type)
+        fail(TESS_STATUS_INVALID_ARGUMENT, "input '{}' expects element type {} but got {}", info.name,
+             element_type_name(declared.element_type), element_type_name(value.element_type));
+    if (!declared.has_shape) return;
+    if (value.dims.size() != declared.dims.size())
+        fail(TESS_STATUS_INVALID_ARGUMENT, "input '{}' expects rank {} but got shape [{}]", info.name,
+             declared.dims.size(), fmt::join(value.dims, ","));
+    for (size_t d = 0; d < value.dims.size(); ++d)
+        if (declared.dims[d] >= 0 && value.dims[d] != declared.dims[d])
+            fail(TESS_STATUS_INVALID_ARGUMENT, "input '{}' expects shape [{}] but got [{}] (dimension {})", info.name,
+                 fmt::join(declared.dims, ","), fmt::join(value.dims, ","), d);
+    if (!value.is_host()) fail(TESS_STATUS_INVALID_ARGUMENT, "input '{}' must be in host memory", info.name);
+    if (value.element_type != TESS_ELEMENT_STRING &&
+        value.byte_size < storage_bytes(value.element_type, value.element_count()))
+        fail(TESS_STATUS_INVALID_ARGUMENT, "input '{}' has {} bytes but its shape needs {}", info.name,
+             value.byte_size, storage_bytes(value.element_type, value.element_count()));
+}
+
+std::vector<ValuePtr> Session::run(const std::vector<std::string>& input_names,
+                                   const std::vector<const TessValue*>& inputs,
+                                   const std::vector<std::string>& output_names) const {
+    std::vector<std::pair<size_t, const TessValue*>> feeds;
+    std::vector<bool> fed(inputs_.size(), false);
+    for (size_t i = 0; i < input_names.size(); ++i) {
+        size_t k = 0;
+        while (k < inputs_.size() && inputs_[k].name != input_names[i]) ++k;
+        if (k == inputs_.size()) {
+            std::vector<std::string> names;
+            for (const auto& info : inputs_) names.push_back(info.name);
+            fail(TESS_STATUS_INVALID_ARGUMENT, "the model has no input named '{}' (inputs: {})", input_names[i],
+                 fmt::join(names, ", "));
+        }
+        if (fed[k]) fail(TESS_STATUS_INVALID_ARGUMENT, "input '{}' is given twice", input_names[i]);
+        if (inputs[i] == nullptr) fail(TESS_STATUS_INVALID_ARGUMENT, "input '{}' is NULL", input_names[i]);
+        check_input(inputs_[k], *inputs[i]);
+        fed[k] = true;
+        size_t id = executor_->value_id(input_names[i]);
+        if (id != SIZE_MAX) feeds.emplace_back(id, inputs[i]);
+    }
+    for (size_t k = 0; k < inputs_.size(); ++k)
+        if (!fed[k] && !graph_.initializers.count(inputs_[k].name))
+            fail(TESS_STATUS_INVALID_ARGUMENT, "input '{}' is missing", inputs_[k].name);
+
+    std::vector<size_t> output_ids;
+    const auto& wanted = output_names.empty() ? graph_.outputs : output_names;
+    for (const auto& name : wanted) {
+        if (!graph_.is_graph_output(name))
+            fail(TESS_STATUS_INVALID_ARGUMENT, "the model has no output named '{}'", name);
+        output_ids.push_back(executor_->value_id(name));
+    }
+    return executor_->run(feeds, output_ids);
+}
+
+}  // namespace tessera

@@ -1,0 +1,251 @@
+/*
+ * Tessera plugin ABI: how a shared library contributes execution providers.
+ *
+ * A plugin exports one symbol, TESS_PLUGIN_ENTRY_NAME, of type TessPluginEntryFn.  The core calls it once, with the
+ * range of ABI versions it speaks and a table of host functions; the plugin picks a version inside both ranges and
+ * fills a TessPluginExports table.  Either side refuses politely (an ABI_MISMATCH status) when the ranges do not meet.
+ *
+ * A plugin never links libtessera: everything it needs from the core comes through TessHostApi, so a provider can be
+ * built against these headers alone.
+ *
+ * Lifetimes:  plugin  ⊃  provider instance (one per session)  ⊃  compiled partition  ⊃  one compute call.
+ * The graph views handed to a provider live only for the call that receives them; copy what you keep.
+ */
+#ifndef TESSERA_PROVIDER_H_
+#define TESSERA_PROVIDER_H_
+
+#include "tessera/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ABI versions.  A version is bumped when a struct grows in a way a reader must know about. */
+#define TESS_PLUGIN_ABI_VERSION_MIN 1
+#define TESS_PLUGIN_ABI_VERSION_MAX 1
+#define TESS_PLUGIN_ENTRY_NAME "tess_plugin_entry"
+
+/* ---- Read-only graph views ---------------------------------------------------------------------------------
+ * Built by the core for a capability query or a compile call; valid only during that call.  Arrays are arrays of
+ * pointers so that each struct can grow without changing the stride. */
+
+typedef struct TessGraphView TessGraphView;
+
+/* A value (edge) of the graph. */
+typedef struct TessValueView {
+    size_t struct_size;
+    const char* name;
+    int32_t kind;         /* TessValueKind; TESS_VALUE_UNKNOWN when the model does not say */
+    int32_t element_type; /* TessElementType (of the tensors inside, for sequences and optionals) */
+    int64_t rank;         /* -1 when unknown */
+    const int64_t* dims;  /* rank entries; -1 for a dimension not known before running */
+    /* Non-NULL for an initializer or a folded constant: host memory, valid for the call.  A provider that keeps
+     * the bytes (prepacked weights) copies them. */
+    const TessValue* constant;
+} TessValueView;
+
+/* Attribute types: ONNX's AttributeProto.AttributeType numbers. */
+typedef enum TessAttributeType {
+    TESS_ATTR_UNDEFINED = 0,
+    TESS_ATTR_FLOAT = 1,
+    TESS_ATTR_INT = 2,
+    TESS_ATTR_STRING = 3,
+    TESS_ATTR_TENSOR = 4,
+    TESS_ATTR_GRAPH = 5,
+    TESS_ATTR_FLOATS = 6,
+    TESS_ATTR_INTS = 7,
+    TESS_ATTR_STRINGS = 8,
+    TESS_ATTR_TENSORS = 9,
+    TESS_ATTR_GRAPHS = 10,
+    TESS_ATTR_SPARSE_TENSOR = 11,
+    TESS_ATTR_SPARSE_TENSORS = 12,
+    TESS_ATTR_TYPE_PROTO = 13,
+    TESS_ATTR_TYPE_PROTOS = 14
+} TessAttributeType;
+
+typedef struct TessAttributeView {
+    size_t struct_size;
+    const char* name;
+    int32_t type;                      /* TessAttributeType */
+    float f;                           /* FLOAT */
+    int64_t i;                         /* INT */
+    const char* s;                     /* STRING: bytes, not NUL-terminated in general */
+    size_t s_len;
+    size_t count;                      /* element count for FLOATS, INTS, STRINGS, TENSORS, GRAPHS */
+    const float* floats;
+    const int64_t* ints;
+    const char* const* strings;        /* count entries */
+    const size_t* string_lens;         /* count entries */
+    const TessValue* tensor;           /* TENSOR, host memory */
+    const TessValue* const* tensors;   /* TENSORS */
+    const TessGraphView* graph;        /* GRAPH */
+    const TessGraphView* const* graphs;/* GRAPHS */
+} TessAttributeView;
+
+typedef struct TessNodeView {
+    size_t struct_size;
+    size_t index;          /* stable index of the node in the session's graph; used to claim it */
+    const char* name;      /* may be "" */
+    const char* op_type;
+    const char* domain;    /* "" for the default ONNX domain */
+    int64_t opset;         /* the model's opset import for `domain` */
+    size_t input_count;
+    const TessValueView* const* inputs;   /* NULL entries for omitted optional inputs */
+    size_t output_count;
+    const TessValueView* const* outputs;  /* NULL entries for omitted optional outputs */
+    size_t attribute_count;
+    const TessAttributeView* const* attributes;
+} TessNodeView;
+
+struct TessGraphView {
+    size_t struct_size;
+    const char* name;
+    size_t node_count;
+    const TessNodeView* const* nodes;     /* topologically ordered */
+    size_t input_count;                   /* values read from outside (constants are not inputs) */
+    const TessValueView* const* inputs;
+    size_t output_count;                  /* values that leave the graph */
+    const TessValueView* const* outputs;
+    size_t opset_count;
+    const char* const* opset_domains;
+    const int64_t* opset_versions;
+};
+
+/* ---- Host functions the core lends to plugins --------------------------------------------------------------- */
+
+typedef struct TessCapabilityContext TessCapabilityContext;
+typedef struct TessComputeContext TessComputeContext;
+
+typedef struct TessHostApi {
+    size_t struct_size;
+    uint32_t abi_version_min; /* the range the core speaks */
+    uint32_t abi_version_max;
+
+    /* Status objects (what every plugin function returns on error). */
+    TessStatus* (*status_create)(int32_t code, const char* message);
+    int32_t (*status_code)(const TessStatus* status);
+    const char* (*status_message)(const TessStatus* status);
+    void (*status_release)(TessStatus* status);
+
+    /* Logging through the environment's logger.  Thread-safe. */
+    void (*log)(int32_t level, const char* source, const char* message);
+
+    /* Values: the same semantics as the consumer functions of the same names in tessera.h. */
+    int32_t (*value_kind)(const TessValue* value);
+    int32_t (*value_element_type)(const TessValue* value);
+    size_t (*tensor_rank)(const TessValue* value);
+    const int64_t* (*tensor_dims)(const TessValue* value);
+    size_t (*tensor_element_count)(const TessValue* value);
+    size_t (*tensor_byte_size)(const TessValue* value);
+    void* (*tensor_data)(TessValue* value);
+    const void* (*tensor_const_data)(const TessValue* value);
+    TessStatus* (*tensor_get_string)(const TessValue* value, size_t index, const char** data, size_t* len);
+    TessStatus* (*tensor_set_string)(TessValue* value, size_t index, const char* data, size_t len);
+    size_t (*sequence_length)(const TessValue* value);
+    const TessValue* (*sequence_at)(const TessValue* value, size_t index);
+    int32_t (*optional_has_value)(const TessValue* value);
+    const TessValue* (*optional_value)(const TessValue* value);
+    /* Host-memory values a provider builds itself (for sequence/optional outputs); released with value_release
+     * unless ownership passes to the core through compute_set_output. */
+    TessStatus* (*value_create_tensor)(int32_t element_type, const int64_t* dims, size_t rank, TessValue** out);
+    TessStatus* (*value_create_sequence)(int32_t element_type, TessValue* const* items, size_t count,
+                                         TessValue** out);
+    TessStatus* (*value_create_optional)(int32_t element_type, TessValue* inner, TessValue** out);
+    void (*value_release)(TessValue* value);
+
+    /* Capability query: claim a node of the view (by TessNodeView.index), or decline it with a reason that the
+     * core shows when nobody runs the node.  Nodes neither claimed nor declined count as declined silently. */
+    void (*capability_claim)(TessCapabilityContext* context, size_t node_index);
+    void (*capability_decline)(TessCapabilityContext* context, size_t node_index, const char* reason);
+
+    /* Compute: inputs in the order of the compiled graph's inputs (NULL for an absent optional value), outputs in
+     * the order of its outputs.  allocate_output returns a tensor in the provider's own memory (allocated with its
+     * allocator), owned by the core.  set_output hands over a complete value the provider built (any kind). */
+    size_t (*compute_input_count)(const TessComputeContext* context);
+    const TessValue* (*compute_input)(const TessComputeContext* context, size_t index);
+    size_t (*compute_output_count)(const TessComputeContext* context);
+    TessStatus* (*compute_allocate_output)(TessComputeContext* context, size_t index, int32_t element_type,
+                                           const int64_t* dims, size_t rank, TessValue** out);
+    TessStatus* (*compute_set_output)(TessComputeContext* context, size_t index, TessValue* value);
+} TessHostApi;
+
+/* ---- What a provider implements ------------------------------------------------------------------------------ */
+
+typedef struct TessProviderInstance TessProviderInstance; /* the provider's per-session state */
+typedef struct TessCompiled TessCompiled;                 /* a compiled fused subgraph */
+
+/* Session settings a provider instance receives. */
+typedef struct TessProviderOptions {
+    size_t struct_size;
+    int32_t intra_op_threads; /* the session's pool size; the provider must not use more host threads */
+    size_t config_count;      /* provider-specific "key" = "value" pairs (reserved, 0 today) */
+    const char* const* config_keys;
+    const char* const* config_values;
+} TessProviderOptions;
+
+typedef struct TessProviderApi {
+    size_t struct_size;
+    const char* name;          /* "cpu", "cuda", ...; unique among loaded providers */
+    void* provider_data;       /* passed back as the first argument of the functions below */
+
+    /* NULL when the provider can run on this machine; otherwise a status (UNAVAILABLE) with the exact reason,
+     * shown in the plugin report.  Called once after the entry function. */
+    TessStatus* (*check_available)(void* provider_data);
+
+    /* One instance per session.  Thread safety: the core calls the instance's functions from many threads, so
+     * get_capability/compile are serialized by the core but compute may run concurrently on one compiled object. */
+    TessStatus* (*create_instance)(void* provider_data, const TessProviderOptions* options,
+                                   TessProviderInstance** out);
+    void (*release_instance)(TessProviderInstance* instance);
+
+    /* Claims nodes of `graph` (the still-unassigned part of the session's graph) through the host's capability
+     * functions.  Must not keep pointers into `graph`. */
+    TessStatus* (*get_capability)(TessProviderInstance* instance, const TessGraphView* graph,
+                                  TessCapabilityContext* context);
+
+    /* Compiles one fused subgraph, once per session.  Constants in the view are what the provider may prepack. */
+    TessStatus* (*compile)(TessProviderInstance* instance, const TessGraphView* graph, TessCompiled** out);
+    void (*release_compiled)(TessCompiled* compiled);
+
+    /* Runs a compiled subgraph.  Called concurrently from several threads for one compiled object; each call has
+     * its own context.  Outputs must be complete (or the work ordered on the provider's stream so that a later
+     * copy_to_host or compute sees it) when it returns. */
+    TessStatus* (*compute)(TessCompiled* compiled, TessComputeContext* context);
+
+    /* The memory this provider's allocations live in.  Owned by the provider. */
+    const TessMemoryKind* (*memory_kind)(TessProviderInstance* instance);
+    /* The provider's allocator.  alignment is a power of two >= 64 for tensors.  Thread-safe. */
+    TessStatus* (*allocate)(TessProviderInstance* instance, size_t bytes, size_t alignment, void** out);
+    void (*free)(TessProviderInstance* instance, void* pointer);
+    /* Data transfer between the provider's memory and host memory; both block until the copy is done.  May be NULL
+     * when memory_kind is host memory. */
+    TessStatus* (*copy_to_host)(TessProviderInstance* instance, void* host_dst, const void* src, size_t bytes);
+    TessStatus* (*copy_from_host)(TessProviderInstance* instance, void* dst, const void* host_src, size_t bytes);
+
+    /* Non-zero for a general-purpose host provider meant to run whatever nothing else claims: it goes last in the
+     * default priority order. */
+    int32_t is_fallback;
+} TessProviderApi;
+
+/* ---- The entry point ------------------------------------------------------------------------------------------ */
+
+typedef struct TessPluginExports {
+    size_t struct_size;   /* set by the core to the size it allocated; the plugin writes only fields that fit */
+    uint32_t abi_version; /* chosen by the plugin inside both ranges */
+    const char* name;     /* static */
+    const char* version;  /* static */
+    size_t provider_count;
+    const TessProviderApi* const* providers; /* static, or owned by the plugin until unload */
+    /* Called before the library is unloaded (may be NULL). */
+    void (*shutdown)(void);
+} TessPluginExports;
+
+/* Entry function.  `host` lives as long as the plugin is loaded.  Return NULL after filling `exports`, or a status
+ * made with host->status_create (ABI_MISMATCH when host->abi_version_min..max misses the plugin's own range). */
+typedef TessStatus* (*TessPluginEntryFn)(const TessHostApi* host, TessPluginExports* exports);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* TESSERA_PROVIDER_H_ */

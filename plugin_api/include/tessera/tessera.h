@@ -1,0 +1,217 @@
+/*
+ * Tessera consumer API: environments, plugins, sessions, values and runs.
+ *
+ * Conventions (they hold for every function below unless its comment says otherwise):
+ *  - Functions return TessStatus*; NULL is success, anything else is an error the caller owns and releases with
+ *    tess_status_release.  Output parameters are written only on success.
+ *  - Every *_release function accepts NULL and does nothing then.
+ *  - Strings returned as `const char*` are owned by the object they came from and stay valid until it is released.
+ *  - Thread safety: a TessEnv and a TessSession may be used from several threads at once (tess_session_run included);
+ *    a TessSessionOptions and a TessValue must not be mutated while another thread uses them.
+ *  - No function aborts the process or lets an exception escape.
+ */
+#ifndef TESSERA_TESSERA_H_
+#define TESSERA_TESSERA_H_
+
+#include "tessera/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TESS_API_VERSION_MAJOR 0
+#define TESS_API_VERSION_MINOR 1
+#define TESS_API_VERSION_PATCH 0
+
+/* The library's version string ("0.1.0"); static. */
+TESS_EXPORT const char* tess_version(void);
+
+/* ---- Status ------------------------------------------------------------------------------------------------ */
+
+/* Code of a status; TESS_STATUS_OK for NULL. */
+TESS_EXPORT TessStatusCode tess_status_code(const TessStatus* status);
+/* Message of a status; "" for NULL.  Owned by the status. */
+TESS_EXPORT const char* tess_status_message(const TessStatus* status);
+TESS_EXPORT void tess_status_release(TessStatus* status);
+
+/* ---- Environment: plugin discovery and logging ------------------------------------------------------------- */
+
+typedef struct TessEnv TessEnv;
+
+typedef void (*TessLogCallback)(void* user_data, int32_t level, const char* message);
+
+typedef struct TessEnvOptions {
+    size_t struct_size;
+    int32_t log_level;            /* TessLogLevel; messages above it are dropped.  Default TESS_LOG_WARNING. */
+    TessLogCallback log_callback; /* NULL: warnings and errors go to stderr */
+    void* log_user_data;
+    /* Colon-separated directories searched after <libdir>/tessera/plugins and TESSERA_PLUGIN_PATH.  May be NULL. */
+    const char* plugin_path;
+    /* Non-zero: skip <libdir>/tessera/plugins and TESSERA_PLUGIN_PATH (only plugin_path and explicit loads). */
+    int32_t no_default_plugin_dirs;
+} TessEnvOptions;
+
+/* Creates an environment and loads every plugin found by discovery.  A broken plugin never fails this call: it is
+ * recorded in the plugin report with the reason.  `options` may be NULL (defaults).  Release with tess_env_release
+ * after every session created from it has been released. */
+TESS_EXPORT TessStatus* tess_env_create(const TessEnvOptions* options, TessEnv** out_env);
+TESS_EXPORT void tess_env_release(TessEnv* env);
+
+/* Loads one plugin file explicitly.  The outcome is also appended to the plugin report; the returned status says
+ * why the file was skipped when it was.  Thread-safe, but sessions created earlier do not see the new plugin. */
+TESS_EXPORT TessStatus* tess_env_load_plugin(TessEnv* env, const char* path);
+
+typedef enum TessPluginState {
+    TESS_PLUGIN_LOADED = 0,      /* usable */
+    TESS_PLUGIN_UNAVAILABLE = 1, /* loaded, but it says it cannot run here (no device, missing library) */
+    TESS_PLUGIN_SKIPPED = 2      /* not loaded: not a library, no entry symbol, ABI out of range, init failed */
+} TessPluginState;
+
+/* One entry of the plugin report.  Strings are owned by the environment. */
+typedef struct TessPluginInfo {
+    size_t struct_size;
+    const char* path;
+    const char* name;    /* "" when the plugin could not tell it */
+    const char* version; /* "" when unknown */
+    int32_t state;       /* TessPluginState */
+    const char* reason;  /* "" for loaded plugins */
+    uint32_t abi_version;    /* negotiated ABI version; 0 when none */
+    size_t provider_count;   /* execution providers it contributed */
+    const char* providers;   /* their names, comma-separated */
+} TessPluginInfo;
+
+TESS_EXPORT size_t tess_env_plugin_count(const TessEnv* env);
+/* Fills `out` (whose struct_size the caller sets) with entry `index`. */
+TESS_EXPORT TessStatus* tess_env_plugin_info(const TessEnv* env, size_t index, TessPluginInfo* out);
+
+/* Names of the usable execution providers in default priority order (CPU last).  Owned by the env. */
+TESS_EXPORT size_t tess_env_provider_count(const TessEnv* env);
+TESS_EXPORT const char* tess_env_provider_name(const TessEnv* env, size_t index);
+
+/* ---- Session options --------------------------------------------------------------------------------------- */
+
+typedef struct TessSessionOptions TessSessionOptions;
+
+TESS_EXPORT TessStatus* tess_session_options_create(TessSessionOptions** out);
+TESS_EXPORT void tess_session_options_release(TessSessionOptions* options);
+/* Provider priority list, most preferred first.  Empty (the default): every usable provider, CPU last.  The names
+ * are copied.  A name that is not loaded is an error at session creation in strict mode and a warning otherwise. */
+TESS_EXPORT TessStatus* tess_session_options_set_providers(TessSessionOptions* options, const char* const* names,
+                                                           size_t count);
+/* Threads of the session's intra-op pool; 0 (default) means one per core. */
+TESS_EXPORT TessStatus* tess_session_options_set_intra_op_threads(TessSessionOptions* options, int32_t threads);
+/* Strict mode: a node no listed provider claims, or a listed provider that is unavailable or fails to compile, is
+ * an error instead of a fallback to the next provider. */
+TESS_EXPORT TessStatus* tess_session_options_set_strict(TessSessionOptions* options, int32_t strict);
+/* 0 disables the graph optimizer; 1 (default) runs every registered pass. */
+TESS_EXPORT TessStatus* tess_session_options_set_optimization_level(TessSessionOptions* options, int32_t level);
+
+/* ---- Sessions ---------------------------------------------------------------------------------------------- */
+
+typedef struct TessSession TessSession;
+
+/* Loads, optimizes, partitions and compiles a model.  `options` may be NULL.  External data files are read only
+ * from inside the model's directory.  The env must outlive the session. */
+TESS_EXPORT TessStatus* tess_session_create(TessEnv* env, const char* model_path, const TessSessionOptions* options,
+                                            TessSession** out_session);
+/* As above from serialized ModelProto bytes (copied).  External data is resolved against `base_dir`; NULL forbids
+ * external data. */
+TESS_EXPORT TessStatus* tess_session_create_from_bytes(TessEnv* env, const void* data, size_t size,
+                                                       const char* base_dir, const TessSessionOptions* options,
+                                                       TessSession** out_session);
+TESS_EXPORT void tess_session_release(TessSession* session);
+
+/* Describes a graph input or output.  Pointers are owned by the session. */
+typedef struct TessValueInfo {
+    size_t struct_size;
+    const char* name;
+    int32_t kind;               /* TessValueKind */
+    int32_t element_type;       /* TessElementType of the tensor, or of the tensors inside a sequence/optional */
+    int64_t rank;               /* -1 when unknown */
+    const int64_t* dims;        /* rank entries, -1 for a dimension that is not fixed */
+    const char* const* dim_params; /* rank entries; symbolic name or "" */
+} TessValueInfo;
+
+TESS_EXPORT size_t tess_session_input_count(const TessSession* session);
+TESS_EXPORT size_t tess_session_output_count(const TessSession* session);
+TESS_EXPORT TessStatus* tess_session_input_info(const TessSession* session, size_t index, TessValueInfo* out);
+TESS_EXPORT TessStatus* tess_session_output_info(const TessSession* session, size_t index, TessValueInfo* out);
+
+/* The partition plan: the fused subgraphs in execution order. */
+typedef struct TessPartitionInfo {
+    size_t struct_size;
+    const char* provider;       /* provider that compiled it */
+    size_t node_count;
+    const char* const* node_names;  /* node_count entries ("op_type#index" for unnamed nodes) */
+    const char* const* node_ops;    /* node_count entries: "domain:op_type" or "op_type" */
+    size_t input_count;             /* values it reads that another partition or the caller produces */
+    const char* const* inputs;
+    size_t output_count;            /* values it produces that leave it */
+    const char* const* outputs;
+    size_t copy_count;              /* inputs copied in from another memory kind on every run */
+} TessPartitionInfo;
+
+TESS_EXPORT size_t tess_session_partition_count(const TessSession* session);
+TESS_EXPORT TessStatus* tess_session_partition_info(const TessSession* session, size_t index, TessPartitionInfo* out);
+
+/* Runs the model.  Inputs are matched by name; every graph input without an initializer must be given.  Output
+ * values are new and owned by the caller (release each with tess_value_release); they live in host memory.
+ * Safe to call from several threads at once on one session. */
+TESS_EXPORT TessStatus* tess_session_run(TessSession* session, const char* const* input_names,
+                                         const TessValue* const* inputs, size_t input_count,
+                                         const char* const* output_names, size_t output_count,
+                                         TessValue** outputs);
+
+/* ---- Values ------------------------------------------------------------------------------------------------ */
+
+/* A host tensor whose memory the runtime allocates (64-byte aligned, zero-filled). */
+TESS_EXPORT TessStatus* tess_value_create_tensor(int32_t element_type, const int64_t* dims, size_t rank,
+                                                 TessValue** out);
+/* A host tensor over caller memory; nothing is copied.  The caller keeps `data` alive and unchanged while the value
+ * exists; `deleter`, when not NULL, is called with (deleter_data, data) when the value is released.  Not for strings. */
+TESS_EXPORT TessStatus* tess_value_create_tensor_over(int32_t element_type, const int64_t* dims, size_t rank,
+                                                      void* data, size_t byte_size,
+                                                      void (*deleter)(void* deleter_data, void* data),
+                                                      void* deleter_data, TessValue** out);
+/* A sequence that takes ownership of `count` values (all of one kind).  `element_type` names the tensor type of
+ * the elements so that an empty sequence is typed. */
+TESS_EXPORT TessStatus* tess_value_create_sequence(int32_t element_type, TessValue* const* items, size_t count,
+                                                   TessValue** out);
+/* An optional that takes ownership of `inner` (NULL: an empty optional of a tensor of `element_type`). */
+TESS_EXPORT TessStatus* tess_value_create_optional(int32_t element_type, TessValue* inner, TessValue** out);
+TESS_EXPORT void tess_value_release(TessValue* value);
+
+TESS_EXPORT int32_t tess_value_kind(const TessValue* value);          /* TessValueKind */
+TESS_EXPORT int32_t tess_value_element_type(const TessValue* value);  /* of the tensor, or the contained tensors */
+
+/* Tensor accessors; each returns 0 / NULL when `value` is not a tensor. */
+TESS_EXPORT size_t tess_tensor_rank(const TessValue* value);
+TESS_EXPORT const int64_t* tess_tensor_dims(const TessValue* value); /* owned by the value */
+TESS_EXPORT size_t tess_tensor_element_count(const TessValue* value);
+TESS_EXPORT size_t tess_tensor_byte_size(const TessValue* value);   /* 0 for strings */
+TESS_EXPORT void* tess_tensor_data(TessValue* value);               /* NULL for strings */
+TESS_EXPORT const void* tess_tensor_const_data(const TessValue* value);
+/* String elements (TESS_ELEMENT_STRING tensors, host only).  get: the pointer stays valid until the element is set
+ * again or the value released; the bytes need not end with NUL, `len` counts them.  set: the bytes are copied. */
+TESS_EXPORT TessStatus* tess_tensor_get_string(const TessValue* value, size_t index, const char** data, size_t* len);
+TESS_EXPORT TessStatus* tess_tensor_set_string(TessValue* value, size_t index, const char* data, size_t len);
+
+/* Sequence accessors.  Items are owned by the sequence. */
+TESS_EXPORT size_t tess_sequence_length(const TessValue* value);
+TESS_EXPORT const TessValue* tess_sequence_at(const TessValue* value, size_t index);
+/* Optional accessors.  The inner value is owned by the optional; NULL when it is empty. */
+TESS_EXPORT int32_t tess_optional_has_value(const TessValue* value);
+TESS_EXPORT const TessValue* tess_optional_value(const TessValue* value);
+
+/* Bytes of one element for fixed-size types; 0 for strings and packed sub-byte types. */
+TESS_EXPORT size_t tess_element_size(int32_t element_type);
+/* Bytes needed for `count` elements, sub-byte types included; 0 for strings. */
+TESS_EXPORT size_t tess_element_storage_bytes(int32_t element_type, size_t count);
+/* ONNX name of an element type ("float", "int64", ...); static. */
+TESS_EXPORT const char* tess_element_type_name(int32_t element_type);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* TESSERA_TESSERA_H_ */
