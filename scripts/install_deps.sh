@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what Tessera needs to build and test, idempotently: Debian packages, then the pinned Python tools.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake pkg-config libprotobuf-dev protobuf-compiler libonnx-dev libboost-dev
+          libboost-filesystem-dev libfmt-dev libopenblas-dev libgtest-dev graphviz python3-pip)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! python3 - <<'PY' 2>/dev/null
+import importlib.metadata as md, sys
+want = {}
+for line in open("requirements-dev.txt"):
+    line = line.split("#")[0].strip()
+    if line:
+        name, version = line.split("==")
+        want[name] = version
+sys.exit(0 if all(md.version(n) == v for n, v in want.items()) else 1)
+PY
+then
+  python3 -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+fi

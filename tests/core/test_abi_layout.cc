@@ -1,0 +1,91 @@
+// Pins the layout of every struct that crosses the C ABI (x86-64 / LP64).  A failing assert here means an ABI
+// break: new fields go at the end of a struct and bump nothing else; anything else needs a new ABI version.
+#include <cstddef>
+
+#include <gtest/gtest.h>
+
+#include "tessera/provider.h"
+#include "tessera/tessera.h"
+
+static_assert(sizeof(void*) == 8, "the layout pins below are for 64-bit targets");
+
+static_assert(offsetof(TessMemoryKind, struct_size) == 0);
+static_assert(offsetof(TessMemoryKind, name) == 8);
+static_assert(offsetof(TessMemoryKind, host_accessible) == 16);
+static_assert(offsetof(TessMemoryKind, device_id) == 20);
+static_assert(sizeof(TessMemoryKind) == 24);
+
+static_assert(offsetof(TessEnvOptions, log_level) == 8);
+static_assert(offsetof(TessEnvOptions, log_callback) == 16);
+static_assert(offsetof(TessEnvOptions, plugin_path) == 32);
+static_assert(offsetof(TessEnvOptions, no_default_plugin_dirs) == 40);
+static_assert(sizeof(TessEnvOptions) == 48);
+
+static_assert(offsetof(TessPluginInfo, path) == 8);
+static_assert(offsetof(TessPluginInfo, state) == 32);
+static_assert(offsetof(TessPluginInfo, reason) == 40);
+static_assert(offsetof(TessPluginInfo, abi_version) == 48);
+static_assert(offsetof(TessPluginInfo, providers) == 64);
+static_assert(sizeof(TessPluginInfo) == 72);
+
+static_assert(offsetof(TessValueInfo, name) == 8);
+static_assert(offsetof(TessValueInfo, kind) == 16);
+static_assert(offsetof(TessValueInfo, rank) == 24);
+static_assert(offsetof(TessValueInfo, dim_params) == 40);
+static_assert(sizeof(TessValueInfo) == 48);
+
+static_assert(offsetof(TessPartitionInfo, provider) == 8);
+static_assert(offsetof(TessPartitionInfo, node_count) == 16);
+static_assert(offsetof(TessPartitionInfo, copy_count) == 72);
+static_assert(sizeof(TessPartitionInfo) == 80);
+
+static_assert(offsetof(TessValueView, name) == 8);
+static_assert(offsetof(TessValueView, kind) == 16);
+static_assert(offsetof(TessValueView, rank) == 24);
+static_assert(offsetof(TessValueView, constant) == 40);
+static_assert(sizeof(TessValueView) == 48);
+
+static_assert(offsetof(TessAttributeView, type) == 16);
+static_assert(offsetof(TessAttributeView, f) == 20);
+static_assert(offsetof(TessAttributeView, i) == 24);
+static_assert(offsetof(TessAttributeView, graphs) == 112);
+static_assert(sizeof(TessAttributeView) == 120);
+
+static_assert(offsetof(TessNodeView, index) == 8);
+static_assert(offsetof(TessNodeView, opset) == 40);
+static_assert(offsetof(TessNodeView, attributes) == 88);
+static_assert(sizeof(TessNodeView) == 96);
+
+static_assert(offsetof(TessGraphView, nodes) == 24);
+static_assert(offsetof(TessGraphView, opset_versions) == 80);
+static_assert(sizeof(TessGraphView) == 88);
+
+static_assert(offsetof(TessHostApi, abi_version_min) == 8);
+static_assert(offsetof(TessHostApi, status_create) == 16);
+static_assert(offsetof(TessHostApi, log) == 48);
+static_assert(offsetof(TessHostApi, value_release) == 192);
+static_assert(offsetof(TessHostApi, capability_claim) == 200);
+static_assert(offsetof(TessHostApi, compute_set_output) == 248);
+static_assert(sizeof(TessHostApi) == 256);
+
+static_assert(offsetof(TessProviderOptions, intra_op_threads) == 8);
+static_assert(sizeof(TessProviderOptions) == 40);
+
+static_assert(offsetof(TessProviderApi, name) == 8);
+static_assert(offsetof(TessProviderApi, check_available) == 24);
+static_assert(offsetof(TessProviderApi, compute) == 72);
+static_assert(offsetof(TessProviderApi, copy_from_host) == 112);
+static_assert(offsetof(TessProviderApi, is_fallback) == 120);
+static_assert(sizeof(TessProviderApi) == 128);
+
+static_assert(offsetof(TessPluginExports, abi_version) == 8);
+static_assert(offsetof(TessPluginExports, providers) == 40);
+static_assert(offsetof(TessPluginExports, shutdown) == 48);
+static_assert(sizeof(TessPluginExports) == 56);
+
+// Enumerations keep ONNX's numbers.
+static_assert(TESS_ELEMENT_FLOAT32 == 1 && TESS_ELEMENT_STRING == 8 && TESS_ELEMENT_BFLOAT16 == 16 &&
+              TESS_ELEMENT_INT4 == 22 && TESS_ELEMENT_INT2 == 26);
+static_assert(TESS_ATTR_GRAPH == 5 && TESS_ATTR_TYPE_PROTOS == 14);
+
+TEST(AbiLayout, PinnedAtCompileTime) { SUCCEED(); }

@@ -1,0 +1,206 @@
+// Model loading: valid models, malformed ones (each error names the node or value and the problem), external data
+// confined to the model's directory, initializer encodings and overridable inputs.
+#include <filesystem>
+#include <fstream>
+
+#include "common/status.h"
+#include "model/loader.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+using tessera::Error;
+using tessera::load_model_bytes;
+using tessera::test::ModelBuilder;
+
+namespace {
+
+ModelBuilder relu_model() {
+    ModelBuilder b;
+    b.input("x", {2, 3}).output("y", {2, 3});
+    b.node("Relu", {"x"}, {"y"}, "relu");
+    return b;
+}
+
+std::string load_error(const std::string& bytes, std::optional<fs::path> dir = std::nullopt) {
+    try {
+        load_model_bytes(bytes.data(), bytes.size(), std::move(dir));
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+struct TempDir {
+    fs::path path;
+    TempDir() {
+        path = fs::temp_directory_path() / ("tessera-test-" + std::to_string(::getpid()) + "-" +
+                                            std::to_string(reinterpret_cast<uintptr_t>(this)));
+        fs::create_directories(path);
+    }
+    ~TempDir() { fs::remove_all(path); }
+};
+
+void write_file(const fs::path& p, const std::string& bytes) {
+    std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+ModelBuilder external_model(const std::string& location) {
+    ModelBuilder b;
+    b.input("x", {4}).output("y", {4});
+    auto& w = b.initializer("w", {4}, {});
+    w.set_data_location(onnx::TensorProto::EXTERNAL);
+    auto* entry = w.add_external_data();
+    entry->set_key("location");
+    entry->set_value(location);
+    b.node("Add", {"x", "w"}, {"y"}, "add");
+    return b;
+}
+
+}  // namespace
+
+TEST(Loader, LoadsAValidModel) {
+    auto bytes = relu_model().bytes();
+    auto model = load_model_bytes(bytes.data(), bytes.size(), std::nullopt);
+    ASSERT_EQ(model.graph.nodes.size(), 1u);
+    EXPECT_EQ(model.graph.nodes[0].op_type, "Relu");
+    EXPECT_EQ(model.graph.inputs, std::vector<std::string>{"x"});
+    EXPECT_EQ(model.graph.opset_of(""), 13);
+    EXPECT_EQ(model.graph.types.at("x").dims, (std::vector<int64_t>{2, 3}));
+}
+
+TEST(Loader, RejectsBytesThatAreNotAModel) {
+    std::string garbage = "this is not a protobuf \xff\xff\xff";
+    EXPECT_NE(load_error(garbage).find("not a valid ONNX model"), std::string::npos);
+}
+
+TEST(Loader, RejectsUnsupportedIrVersions) {
+    auto b = relu_model();
+    b.model.set_ir_version(2);
+    EXPECT_NE(load_error(b.bytes()).find("IR version 2"), std::string::npos);
+    b.model.set_ir_version(14);
+    EXPECT_NE(load_error(b.bytes()).find("IR version 14"), std::string::npos);
+    for (int ir = 3; ir <= 13; ++ir) {
+        b.model.set_ir_version(ir);
+        EXPECT_EQ(load_error(b.bytes()), "") << "IR " << ir;
+    }
+}
+
+TEST(Loader, NamesTheNodeThatReadsAnUnknownValue) {
+    ModelBuilder b;
+    b.input("x", {1}).output("y", {1});
+    b.node("Add", {"x", "missing"}, {"y"}, "the_adder");
+    std::string error = load_error(b.bytes());
+    EXPECT_NE(error.find("the_adder"), std::string::npos) << error;
+    EXPECT_NE(error.find("missing"), std::string::npos) << error;
+}
+
+TEST(Loader, RejectsCyclesAndDoubleDefinitions) {
+    ModelBuilder cycle;
+    cycle.input("x", {1}).output("b", {1});
+    cycle.node("Add", {"x", "b"}, {"a"}, "first");
+    cycle.node("Relu", {"a"}, {"b"}, "second");
+    EXPECT_NE(load_error(cycle.bytes()).find("cycle"), std::string::npos);
+
+    ModelBuilder twice;
+    twice.input("x", {1}).output("y", {1});
+    twice.node("Relu", {"x"}, {"y"}, "one");
+    twice.node("Relu", {"x"}, {"y"}, "two");
+    EXPECT_NE(load_error(twice.bytes()).find("already defined"), std::string::npos);
+}
+
+TEST(Loader, RejectsUnimportedDomainsAndEmptyOpTypes) {
+    auto b = relu_model();
+    b.graph->mutable_node(0)->set_domain("com.example");
+    std::string error = load_error(b.bytes());
+    EXPECT_NE(error.find("com.example"), std::string::npos) << error;
+    EXPECT_NE(error.find("relu"), std::string::npos) << error;
+
+    auto c = relu_model();
+    c.graph->mutable_node(0)->set_op_type("");
+    EXPECT_NE(load_error(c.bytes()).find("no op_type"), std::string::npos);
+}
+
+TEST(Loader, RejectsInitializersWhoseDataDoesNotMatchTheShape) {
+    ModelBuilder b;
+    b.input("x", {3}).output("y", {3});
+    b.initializer("w", {3}, {1.0f, 2.0f});
+    b.node("Add", {"x", "w"}, {"y"});
+    EXPECT_NE(load_error(b.bytes()).find("initializer 'w'"), std::string::npos);
+}
+
+TEST(Loader, ReadsRawAndTypedInitializers) {
+    ModelBuilder b;
+    b.input("x", {2}).output("y", {2});
+    b.initializer("typed", {2}, {1.5f, -2.0f});
+    auto* raw = b.graph->add_initializer();
+    raw->set_name("raw");
+    raw->set_data_type(onnx::TensorProto::INT64);
+    raw->add_dims(2);
+    int64_t values[2] = {7, -9};
+    raw->set_raw_data(std::string(reinterpret_cast<const char*>(values), sizeof(values)));
+    b.node("Add", {"x", "typed"}, {"y"});
+    b.node("Identity", {"raw"}, {"r"});
+    auto bytes = b.bytes();
+    auto model = load_model_bytes(bytes.data(), bytes.size(), std::nullopt);
+    const auto& typed = *model.graph.initializers.at("typed");
+    EXPECT_EQ(static_cast<const float*>(typed.data)[1], -2.0f);
+    const auto& r = *model.graph.initializers.at("raw");
+    EXPECT_EQ(static_cast<const int64_t*>(r.data)[1], -9);
+}
+
+TEST(Loader, InitializersListedAsInputsAreOverridableFromIr4) {
+    ModelBuilder b(13, 8);
+    b.input("x", {2}).input("w", {2}).output("y", {2});
+    b.initializer("w", {2}, {1.0f, 1.0f});
+    b.node("Add", {"x", "w"}, {"y"});
+    auto bytes = b.bytes();
+    auto model = load_model_bytes(bytes.data(), bytes.size(), std::nullopt);
+    EXPECT_TRUE(model.graph.is_graph_input("w"));
+    EXPECT_FALSE(model.graph.is_constant("w"));
+
+    b.model.set_ir_version(3);  // IR 3 lists every weight as an input: they are constants
+    bytes = b.bytes();
+    auto old = load_model_bytes(bytes.data(), bytes.size(), std::nullopt);
+    EXPECT_FALSE(old.graph.is_graph_input("w"));
+    EXPECT_TRUE(old.graph.is_constant("w"));
+}
+
+TEST(Loader, ReadsExternalDataInsideTheModelDirectory) {
+    TempDir dir;
+    float weights[4] = {1, 2, 3, 4};
+    write_file(dir.path / "weights.bin", std::string(reinterpret_cast<const char*>(weights), sizeof(weights)));
+    auto bytes = external_model("weights.bin").bytes();
+    auto model = load_model_bytes(bytes.data(), bytes.size(), dir.path);
+    EXPECT_EQ(static_cast<const float*>(model.graph.initializers.at("w")->data)[3], 4.0f);
+}
+
+TEST(Loader, RefusesExternalDataOutsideTheModelDirectory) {
+    TempDir dir;
+    fs::create_directories(dir.path / "model");
+    float weights[4] = {1, 2, 3, 4};
+    std::string blob(reinterpret_cast<const char*>(weights), sizeof(weights));
+    write_file(dir.path / "outside.bin", blob);
+    fs::create_symlink(dir.path / "outside.bin", dir.path / "model" / "link.bin");
+
+    EXPECT_NE(load_error(external_model("../outside.bin").bytes(), dir.path / "model").find("leaves the model directory"),
+              std::string::npos);
+    EXPECT_NE(load_error(external_model((dir.path / "outside.bin").string()).bytes(), dir.path / "model")
+                  .find("relative path"),
+              std::string::npos);
+    EXPECT_NE(load_error(external_model("link.bin").bytes(), dir.path / "model").find("outside the model directory"),
+              std::string::npos);
+    EXPECT_NE(load_error(external_model("weights.bin").bytes(), std::nullopt).find("without a base directory"),
+              std::string::npos);
+}
+
+TEST(Loader, LoadsFromFileAndReportsMissingFiles) {
+    TempDir dir;
+    write_file(dir.path / "m.onnx", relu_model().bytes());
+    EXPECT_EQ(tessera::load_model_file(dir.path / "m.onnx").graph.nodes.size(), 1u);
+    try {
+        tessera::load_model_file(dir.path / "absent.onnx");
+        FAIL() << "expected an error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), TESS_STATUS_NOT_FOUND);
+    }
+}

@@ -1,0 +1,130 @@
+// Sessions through the C API: input validation errors, output selection, constant folding, concurrent runs.
+#include <thread>
+
+#include "test_support.h"
+
+using namespace tessera::test;
+
+namespace {
+
+SessionPtr make_session(TessEnv* env, const ModelBuilder& b) {
+    auto bytes = b.bytes();
+    TessSession* session = nullptr;
+    StatusPtr status(tess_session_create_from_bytes(env, bytes.data(), bytes.size(), nullptr, nullptr, &session));
+    EXPECT_EQ(status, nullptr) << tess_status_message(status.get());
+    return SessionPtr(session);
+}
+
+std::string run_error(TessSession* session, const char* name, const TessValue* value) {
+    const TessValue* inputs[] = {value};
+    TessValue* out = nullptr;
+    StatusPtr status(tess_session_run(session, &name, inputs, 1, nullptr, 1, &out));
+    tess_value_release(out);
+    return status ? tess_status_message(status.get()) : "";
+}
+
+}  // namespace
+
+TEST(Session, ReportsInputsAndOutputs) {
+    EnvPtr env = make_env(plugin_dir().string());
+    ModelBuilder b;
+    b.input("x", {-1, 3}).output("y", {-1, 3});
+    b.node("Relu", {"x"}, {"y"});
+    SessionPtr s = make_session(env.get(), b);
+    ASSERT_EQ(tess_session_input_count(s.get()), 1u);
+    TessValueInfo info{};
+    info.struct_size = sizeof(info);
+    TESS_ASSERT_OK(tess_session_input_info(s.get(), 0, &info));
+    EXPECT_STREQ(info.name, "x");
+    EXPECT_EQ(info.element_type, TESS_ELEMENT_FLOAT32);
+    ASSERT_EQ(info.rank, 2);
+    EXPECT_EQ(info.dims[0], -1);
+    EXPECT_STREQ(info.dim_params[0], "N");
+    EXPECT_EQ(info.dims[1], 3);
+}
+
+TEST(Session, BadInputsGiveClearErrors) {
+    EnvPtr env = make_env(plugin_dir().string());
+    ModelBuilder b;
+    b.input("x", {-1, 3}).output("y", {-1, 3});
+    b.node("Relu", {"x"}, {"y"});
+    SessionPtr s = make_session(env.get(), b);
+
+    auto good = make_float_tensor({2, 3}, std::vector<float>(6, 1.0f));
+    EXPECT_EQ(run_error(s.get(), "x", good.get()), "");
+    EXPECT_NE(run_error(s.get(), "nope", good.get()).find("no input named 'nope'"), std::string::npos);
+    auto wrong_rank = make_float_tensor({6}, std::vector<float>(6, 1.0f));
+    EXPECT_NE(run_error(s.get(), "x", wrong_rank.get()).find("expects rank 2"), std::string::npos);
+    auto wrong_dim = make_float_tensor({2, 4}, std::vector<float>(8, 1.0f));
+    EXPECT_NE(run_error(s.get(), "x", wrong_dim.get()).find("dimension 1"), std::string::npos);
+    TessValue* ints = nullptr;
+    int64_t dims[] = {2, 3};
+    TESS_ASSERT_OK(tess_value_create_tensor(TESS_ELEMENT_INT64, dims, 2, &ints));
+    ValuePtr owner(ints);
+    EXPECT_NE(run_error(s.get(), "x", ints).find("element type float"), std::string::npos);
+
+    TessValue* out = nullptr;
+    StatusPtr missing(tess_session_run(s.get(), nullptr, nullptr, 0, nullptr, 1, &out));
+    ASSERT_NE(missing, nullptr);
+    EXPECT_NE(std::string(tess_status_message(missing.get())).find("input 'x' is missing"), std::string::npos);
+}
+
+TEST(Session, FoldsConstantsAndRunsWithCallerMemory) {
+    EnvPtr env = make_env(plugin_dir().string());
+    ModelBuilder b;
+    b.input("x", {3}).output("y", {3});
+    b.initializer("c", {3}, {-1.0f, 2.0f, -3.0f});
+    b.node("Relu", {"c"}, {"rc"}, "folded");  // constant: evaluated at session creation
+    b.node("Add", {"x", "rc"}, {"y"}, "add");
+    SessionPtr s = make_session(env.get(), b);
+    TessPartitionInfo p{};
+    p.struct_size = sizeof(p);
+    ASSERT_EQ(tess_session_partition_count(s.get()), 1u);
+    TESS_ASSERT_OK(tess_session_partition_info(s.get(), 0, &p));
+    EXPECT_EQ(p.node_count, 1u);  // only the Add is left
+
+    float data[3] = {1.0f, 1.0f, 1.0f};
+    int64_t dims[] = {3};
+    TessValue* x = nullptr;
+    TESS_ASSERT_OK(tess_value_create_tensor_over(TESS_ELEMENT_FLOAT32, dims, 1, data, sizeof(data), nullptr, nullptr, &x));
+    ValuePtr owner(x);
+    const char* name = "x";
+    const TessValue* inputs[] = {x};
+    TessValue* out = nullptr;
+    TESS_ASSERT_OK(tess_session_run(s.get(), &name, inputs, 1, nullptr, 1, &out));
+    ValuePtr y(out);
+    EXPECT_EQ(floats_of(y.get()), (std::vector<float>{1.0f, 3.0f, 1.0f}));
+}
+
+TEST(Session, ConcurrentRunsOnOneSessionAgree) {
+    EnvPtr env = make_env(plugin_dir().string());
+    ModelBuilder b;
+    b.input("x", {64, 64}).output("y", {64, 64});
+    b.node("MatMul", {"x", "x"}, {"m"});
+    b.node("Relu", {"m"}, {"r"});
+    b.node("Add", {"r", "x"}, {"y"});
+    SessionPtr s = make_session(env.get(), b);
+
+    std::vector<float> values(64 * 64);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 37) % 17) / 17.0f - 0.5f;
+    auto x = make_float_tensor({64, 64}, values);
+    auto run_once = [&] {
+        const char* name = "x";
+        const TessValue* inputs[] = {x.get()};
+        TessValue* out = nullptr;
+        StatusPtr status(tess_session_run(s.get(), &name, inputs, 1, nullptr, 1, &out));
+        EXPECT_EQ(status, nullptr);
+        ValuePtr y(out);
+        return floats_of(y.get());
+    };
+    std::vector<float> reference = run_once();
+    std::vector<std::thread> threads;
+    std::vector<int> mismatches(4, 0);
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            for (int k = 0; k < 25; ++k)
+                if (run_once() != reference) ++mismatches[t];
+        });
+    for (auto& th : threads) th.join();
+    for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
+}
