@@ -1,5 +1,7 @@
 // Partitioning: providers claim nodes in priority order, claimed nodes fuse into connected groups without cycles,
 // boundary tensors are copied between memory kinds, and unclaimed nodes are explained.
+#include <cmath>
+
 #include "model/loader.h"
 #include "partition/partitioner.h"
 #include "test_support.h"
@@ -75,8 +77,9 @@ TEST(Partition, SplitsBetweenProvidersAndCopiesAtBoundaries) {
         TESS_ASSERT_OK(tess_session_partition_info(session, i, &p));
         (std::string(p.provider) == "partial" ? partial_nodes : cpu_nodes) += p.node_count;
         copies += p.copy_count;
-        for (size_t n = 0; n < p.node_count; ++n)
+        for (size_t n = 0; n < p.node_count; ++n) {
             if (std::string(p.node_ops[n]) == "Sigmoid") EXPECT_STREQ(p.provider, "cpu");
+        }
     }
     EXPECT_EQ(partial_nodes, 3u);
     EXPECT_EQ(cpu_nodes, 1u);

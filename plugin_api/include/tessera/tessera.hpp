@@ -385,7 +385,8 @@ private:
     // Exceptions must not cross the C boundary, so a throwing log function is silenced.
     static void forward_log(void* user_data, int32_t level, const char* message) {
         try {
-            (*static_cast<LogFunction*>(user_data))(static_cast<TessLogLevel>(level), message != nullptr ? message : "");
+            const LogFunction& log = *static_cast<LogFunction*>(user_data);
+            log(static_cast<TessLogLevel>(level), message != nullptr ? message : "");
         } catch (...) {
         }
     }

@@ -1,0 +1,111 @@
+// `tessera plugins`: the plugin discovery report, as text or JSON.  Skipped plugins are part of the report, not a
+// failure: the exit status is 0 whenever the report could be produced.
+#include <cstdio>
+#include <filesystem>
+
+#include "cli.h"
+
+namespace tessera::cli {
+namespace {
+
+constexpr const char* kPluginsHelp =
+    "Usage: tessera plugins [options]\n"
+    "\n"
+    "Lists every plugin file discovery found (path, name, version, state: loaded, unavailable or skipped, the\n"
+    "reason when it is not loaded, the providers it contributes) and the usable providers in priority order.\n"
+    "\n"
+    "Options:\n"
+    "  --json                 print the report as one JSON object\n";
+
+std::string json_string(const std::string& text) {
+    std::string out = "\"";
+    for (const char ch : text) {
+        const auto c = static_cast<unsigned char>(ch);
+        switch (c) {
+            case '"': out += "\\\""; break;
+            case '\\': out += "\\\\"; break;
+            case '\n': out += "\\n"; break;
+            case '\r': out += "\\r"; break;
+            case '\t': out += "\\t"; break;
+            default:
+                if (c < 0x20) {
+                    char buf[8];
+                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
+                    out += buf;
+                } else {
+                    out += ch;
+                }
+        }
+    }
+    return out + "\"";
+}
+
+std::string json_list(const std::vector<std::string>& items) {
+    std::string out = "[";
+    for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + json_string(items[i]);
+    return out + "]";
+}
+
+std::string joined(const std::vector<std::string>& items) {
+    std::string out;
+    for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
+    return out;
+}
+
+void print_json(const std::vector<PluginInfo>& plugins, const std::vector<std::string>& providers) {
+    std::printf("{\n  \"plugins\": [");
+    for (size_t i = 0; i < plugins.size(); ++i) {
+        const PluginInfo& p = plugins[i];
+        std::printf("%s\n    {\"path\": %s, \"name\": %s, \"version\": %s, \"state\": \"%s\", \"reason\": %s, "
+                    "\"abi_version\": %u, \"providers\": %s}",
+                    i ? "," : "", json_string(p.path).c_str(), json_string(p.name).c_str(),
+                    json_string(p.version).c_str(), p.state_name(), json_string(p.reason).c_str(), p.abi_version,
+                    json_list(p.providers).c_str());
+    }
+    std::printf("%s],\n  \"providers\": %s\n}\n", plugins.empty() ? "" : "\n  ", json_list(providers).c_str());
+}
+
+void print_text(const std::vector<PluginInfo>& plugins, const std::vector<std::string>& providers) {
+    std::printf("plugins: %zu found\n", plugins.size());
+    for (const PluginInfo& p : plugins) {
+        // A plugin that could not say its name is titled by its file.
+        std::string title = p.name.empty() ? std::filesystem::path(p.path).filename().string() : p.name;
+        if (!p.version.empty()) title += " " + p.version;
+        std::printf("  %-11s %s\n", p.state_name(), title.c_str());
+        std::printf("              path: %s\n", p.path.c_str());
+        if (!p.providers.empty())
+            std::printf("              providers: %s (ABI %u)\n", joined(p.providers).c_str(), p.abi_version);
+        if (!p.reason.empty()) std::printf("              reason: %s\n", p.reason.c_str());
+    }
+    std::printf("providers (priority order): %s\n", providers.empty() ? "(none)" : joined(providers).c_str());
+}
+
+}  // namespace
+
+int plugins_command(Args& args) {
+    bool json = false;
+    EnvFlags env_flags;
+    env_flags.log_level = TESS_LOG_ERROR;  // the report states why a plugin was skipped; no need to warn as well
+    while (!args.done()) {
+        if (args.flag("-h") || args.flag("--help")) {
+            std::fputs(kPluginsHelp, stdout);
+            std::fputs(EnvFlags::help(), stdout);
+            return 0;
+        }
+        if (args.flag("--json")) {
+            json = true;
+        } else if (!env_flags.parse(args)) {
+            throw UsageError("unexpected argument '" + args.peek() + "' for 'plugins' (try 'tessera plugins --help')");
+        }
+    }
+    Env env(env_flags.options());
+    const std::vector<PluginInfo> plugins = env.plugins();
+    const std::vector<std::string> providers = env.providers();
+    if (json)
+        print_json(plugins, providers);
+    else
+        print_text(plugins, providers);
+    return 0;
+}
+
+}  // namespace tessera::cli

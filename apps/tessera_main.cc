@@ -1,0 +1,119 @@
+// The `tessera` command: dispatches to one subcommand per file (cmd_run.cc, cmd_plugins.cc) and turns every
+// failure into one "tessera: error: ..." line and an exit status (1: the work failed, 2: the command line is wrong).
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include "cli.h"
+
+namespace tessera::cli {
+namespace {
+
+constexpr const char* kHelp =
+    "Usage: tessera <command> [options]\n"
+    "\n"
+    "Tessera runs ONNX models on the execution providers its plugins contribute.\n"
+    "\n"
+    "Commands:\n"
+    "  run [MODEL]    run a model (the embedded default model when MODEL is left out)\n"
+    "                 on given or generated inputs, print its outputs and partition plan\n"
+    "  plugins        list the plugins discovery found and the providers they contribute\n"
+    "\n"
+    "Options:\n"
+    "  -h, --help     show this help (`tessera <command> --help` for a command)\n"
+    "  -V, --version  show the version\n"
+    "\n"
+    "Exit status: 0 success, 1 failure, 2 wrong command line.\n";
+
+}  // namespace
+
+std::vector<std::string> split_list(const std::string& text, char separator) {
+    std::vector<std::string> out;
+    size_t start = 0;
+    while (start <= text.size()) {
+        size_t end = text.find(separator, start);
+        if (end == std::string::npos) end = text.size();
+        if (end > start) out.push_back(text.substr(start, end - start));
+        start = end + 1;
+    }
+    return out;
+}
+
+int parse_int(const std::string& option, const std::string& text, int min, int max) {
+    errno = 0;
+    char* end = nullptr;
+    const long value = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || errno != 0 || value < min || value > max)
+        throw UsageError("option '" + option + "' wants an integer from " + std::to_string(min) + " to " +
+                         std::to_string(max) + ", got '" + text + "'");
+    return static_cast<int>(value);
+}
+
+bool EnvFlags::parse(Args& args) {
+    std::string value;
+    if (args.option("--plugin-path", value)) {
+        plugin_path = value;
+        return true;
+    }
+    if (args.flag("--no-default-plugins")) {
+        no_default_plugins = true;
+        return true;
+    }
+    if (args.option("--log-level", value)) {
+        static const char* const names[] = {"error", "warning", "info", "debug"};
+        for (int level = 0; level < 4; ++level)
+            if (value == names[level]) {
+                log_level = static_cast<TessLogLevel>(level);
+                return true;
+            }
+        throw UsageError("option '--log-level' wants error, warning, info or debug, got '" + value + "'");
+    }
+    return false;
+}
+
+EnvOptions EnvFlags::options() const {
+    EnvOptions options;
+    options.log_level = log_level;
+    options.plugin_path = plugin_path;
+    options.no_default_plugin_dirs = no_default_plugins;
+    return options;
+}
+
+const char* EnvFlags::help() {
+    return "  --plugin-path DIRS     also search these colon-separated directories for plugins\n"
+           "  --no-default-plugins   search only --plugin-path (not <libdir>/tessera/plugins, TESSERA_PLUGIN_PATH)\n"
+           "  --log-level LEVEL      error, warning (default), info or debug\n";
+}
+
+}  // namespace tessera::cli
+
+int main(int argc, char** argv) {
+    using namespace tessera::cli;
+    try {
+        Args args(argc, argv, 1);
+        if (args.done()) {
+            std::fputs(kHelp, stderr);
+            return 2;
+        }
+        const std::string command = args.next();
+        if (command == "-h" || command == "--help" || command == "help") {
+            std::fputs(kHelp, stdout);
+            return 0;
+        }
+        if (command == "-V" || command == "--version") {
+            std::printf("tessera %s (C API %d.%d.%d)\n", tessera::version().c_str(), TESS_API_VERSION_MAJOR,
+                        TESS_API_VERSION_MINOR, TESS_API_VERSION_PATCH);
+            return 0;
+        }
+        if (command == "run") return run_command(args);
+        if (command == "plugins") return plugins_command(args);
+        throw UsageError("unknown command '" + command + "' (try 'tessera --help')");
+    } catch (const UsageError& e) {
+        std::fprintf(stderr, "tessera: error: %s\n", e.what());
+        return 2;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "tessera: error: %s\n", e.what());
+        return 1;
+    }
+}

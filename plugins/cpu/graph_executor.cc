@@ -1,0 +1,446 @@
+#include "graph_executor.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <unordered_map>
+
+#include "host.h"
+
+namespace tessera::cpu {
+
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+size_t round_up(size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+
+void* aligned_buffer(size_t bytes) {
+    void* p = std::aligned_alloc(kAlignment, round_up(std::max<size_t>(bytes, 1)));
+    if (p == nullptr) throw std::bad_alloc();
+    return p;
+}
+
+void check(TessStatus* status, const std::string& what) {
+    if (status == nullptr) return;
+    std::string message = what + ": " + host().status_message(status);
+    host().status_release(status);
+    throw KernelError(message);
+}
+
+// A host copy of a constant that the compiled graph owns (views die after compile).
+TessValue* copy_constant(const TessValue* source) {
+    const TessHostApi& h = host();
+    if (h.value_kind(source) != TESS_VALUE_TENSOR) throw KernelError("non-tensor constants are not supported");
+    int32_t type = h.value_element_type(source);
+    TessValue* copy = nullptr;
+    check(h.value_create_tensor(type, h.tensor_dims(source), h.tensor_rank(source), &copy), "copy constant");
+    if (type == TESS_ELEMENT_STRING) {
+        for (size_t i = 0; i < h.tensor_element_count(source); ++i) {
+            const char* data = nullptr;
+            size_t len = 0;
+            check(h.tensor_get_string(source, i, &data, &len), "copy constant");
+            check(h.tensor_set_string(copy, i, data, len), "copy constant");
+        }
+    } else if (size_t bytes = h.tensor_byte_size(source); bytes > 0) {
+        std::memcpy(h.tensor_data(copy), h.tensor_const_data(source), bytes);
+    }
+    return copy;
+}
+
+}  // namespace
+
+// Offsets of the intermediate buffers in one arena, for one set of input shapes.
+struct MemoryPlan {
+    std::vector<int64_t> offset;  // per value id; -1: not in the arena
+    std::vector<size_t> size;     // per value id: bytes reserved
+    size_t arena_bytes = 0;
+};
+
+// Per-run state; pooled so that concurrent runs each have one and steady-state runs reuse them.
+struct Workspace {
+    std::vector<Tensor> tensors;
+    std::vector<TessValue*> values;
+    std::vector<bool> present;
+    std::vector<int> root;             // value whose buffer this value uses (-1: memory we do not own)
+    std::vector<int> buffer_last_use;  // per root: last step reading any value in that buffer
+    std::vector<size_t> bytes;         // per value with its own buffer: bytes used this run
+    std::vector<TessValue*> owned;     // values created during the run, released after it
+    std::vector<void*> heap;           // buffers outside the arena, freed after the run
+    void* arena = nullptr;
+    size_t arena_bytes = 0;
+
+    ~Workspace() {
+        std::free(arena);
+        for (void* p : heap) std::free(p);
+    }
+
+    void reset(size_t value_count) {
+        tensors.assign(value_count, Tensor{});
+        values.assign(value_count, nullptr);
+        present.assign(value_count, false);
+        root.assign(value_count, -1);
+        buffer_last_use.assign(value_count, -1);
+        bytes.assign(value_count, 0);
+        owned.clear();
+        heap.clear();
+    }
+
+    void finish() {
+        for (TessValue* v : owned) host().value_release(v);
+        owned.clear();
+        for (void* p : heap) std::free(p);
+        heap.clear();
+    }
+};
+
+// The KernelContext of one step of one run.
+class StepContext final : public KernelContext {
+public:
+    StepContext(const CompiledGraph& graph, const CompiledGraph::Step& step, int step_index, Workspace& ws,
+                TessComputeContext* core, const MemoryPlan* plan)
+        : graph_(graph), step_(step), step_index_(step_index), ws_(ws), core_(core), plan_(plan) {}
+
+    size_t input_count() const override { return step_.inputs.size(); }
+    bool has_input(size_t i) const override {
+        return i < step_.inputs.size() && step_.inputs[i] >= 0 && ws_.present[step_.inputs[i]];
+    }
+    const Tensor& input(size_t i) const override {
+        if (!has_input(i)) throw KernelError(step_.label + ": input " + std::to_string(i) + " is missing");
+        return ws_.tensors[step_.inputs[i]];
+    }
+    const TessValue* input_value(size_t i) const override {
+        return has_input(i) ? ws_.values[step_.inputs[i]] : nullptr;
+    }
+    size_t output_count() const override { return step_.outputs.size(); }
+    bool output_wanted(size_t i) const override {
+        if (i >= step_.outputs.size()) return false;
+        const auto& info = graph_.values_[step_.outputs[i]];
+        return info.last_use >= 0 || info.graph_output >= 0;
+    }
+
+    Tensor& output(size_t i, int32_t type, const Shape& shape) override {
+        int id = output_id(i);
+        Tensor& t = ws_.tensors[id];
+        t = Tensor{type, shape, nullptr, nullptr};
+        ws_.present[id] = true;
+        const auto& info = graph_.values_[id];
+        if (info.graph_output >= 0) {
+            // Partition outputs are allocated by the core with our allocator: no copy afterwards.
+            TessValue* v = nullptr;
+            check(host().compute_allocate_output(core_, static_cast<size_t>(info.graph_output), type, shape.data(),
+                                                 shape.size(), &v),
+                  step_.label);
+            t.data = host().tensor_data(v);
+            t.value = v;
+            ws_.values[id] = v;
+            return t;
+        }
+        if (type == TESS_ELEMENT_STRING) {
+            TessValue* v = nullptr;
+            check(host().value_create_tensor(type, shape.data(), shape.size(), &v), step_.label);
+            ws_.owned.push_back(v);
+            t.value = v;
+            ws_.values[id] = v;
+            return t;
+        }
+        size_t bytes = element_bytes(type, static_cast<size_t>(shape_size(shape)));
+        if (i == 0 && step_.memory == KernelMemory::InPlaceInput0 && can_reuse_input0(bytes)) {
+            int source = step_.inputs[0];
+            int root = ws_.root[source];
+            t.data = ws_.tensors[source].data;
+            share_buffer(id, root);
+            return t;
+        }
+        ws_.root[id] = id;
+        ws_.buffer_last_use[id] = info.last_use;
+        ws_.bytes[id] = bytes;
+        if (plan_ != nullptr && plan_->offset[id] >= 0 && bytes <= plan_->size[id]) {
+            t.data = static_cast<char*>(ws_.arena) + plan_->offset[id];
+        } else {
+            t.data = aligned_buffer(bytes);
+            ws_.heap.push_back(t.data);
+        }
+        return t;
+    }
+
+    void alias_output(size_t i, size_t input_index, const Shape& shape) override {
+        const Tensor& source = input(input_index);
+        int id = output_id(i);
+        const auto& info = graph_.values_[id];
+        if (info.graph_output >= 0 || source.type == TESS_ELEMENT_STRING) {
+            Tensor& t = output(i, source.type, shape);
+            if (source.type == TESS_ELEMENT_STRING) {
+                for (int64_t k = 0; k < source.size(); ++k) {
+                    const char* data = nullptr;
+                    size_t len = 0;
+                    check(host().tensor_get_string(source.value, static_cast<size_t>(k), &data, &len), step_.label);
+                    check(host().tensor_set_string(t.value, static_cast<size_t>(k), data, len), step_.label);
+                }
+            } else if (size_t bytes = source.byte_size(); bytes > 0) {
+                std::memcpy(t.data, source.data, bytes);
+            }
+            return;
+        }
+        Tensor& t = ws_.tensors[id];
+        t = Tensor{source.type, shape, source.data, nullptr};
+        ws_.present[id] = true;
+        share_buffer(id, ws_.root[step_.inputs[input_index]]);
+    }
+
+    void set_output_value(size_t i, TessValue* value) override {
+        int id = output_id(i);
+        const auto& info = graph_.values_[id];
+        ws_.present[id] = true;
+        if (info.graph_output >= 0) {
+            check(host().compute_set_output(core_, static_cast<size_t>(info.graph_output), value), step_.label);
+            ws_.values[id] = value;  // owned by the core now, alive until the run ends
+        } else {
+            ws_.owned.push_back(value);
+            ws_.values[id] = value;
+        }
+        if (host().value_kind(value) == TESS_VALUE_TENSOR) ws_.tensors[id] = tensor_of(value);
+        else ws_.tensors[id] = Tensor{host().value_element_type(value), {}, nullptr, value};
+    }
+
+    ThreadPool& pool() const override { return graph_.pool_; }
+    const TessHostApi& host() const override { return cpu::host(); }
+
+private:
+    int output_id(size_t i) const {
+        if (i >= step_.outputs.size())
+            throw KernelError(step_.label + ": output " + std::to_string(i) + " does not exist");
+        return step_.outputs[i];
+    }
+
+    // Input 0's buffer may be overwritten when nothing reads it after this step.
+    bool can_reuse_input0(size_t bytes) const {
+        if (step_.inputs.empty() || step_.inputs[0] < 0) return false;
+        int source = step_.inputs[0];
+        int root = ws_.root[source];
+        if (root < 0) return false;  // a partition input or constant: not ours to overwrite
+        if (graph_.values_[source].graph_output >= 0) return false;
+        if (ws_.buffer_last_use[root] != step_index_) return false;
+        for (size_t k = 1; k < step_.inputs.size(); ++k)
+            if (step_.inputs[k] >= 0 && ws_.root[step_.inputs[k]] == root) return false;  // read again by this step
+        return ws_.bytes[root] == bytes;
+    }
+
+    void share_buffer(int id, int root) {
+        ws_.root[id] = root;
+        if (root >= 0)
+            ws_.buffer_last_use[root] = std::max(ws_.buffer_last_use[root], graph_.values_[id].last_use);
+    }
+
+    const CompiledGraph& graph_;
+    const CompiledGraph::Step& step_;
+    int step_index_;
+    Workspace& ws_;
+    TessComputeContext* core_;
+    const MemoryPlan* plan_;
+};
+
+CompiledGraph::CompiledGraph(const TessGraphView& view, const KernelRegistry& registry, ThreadPool& pool)
+    : pool_(pool) {
+    std::unordered_map<std::string, int> ids;
+    auto intern = [&](const TessValueView* v) -> int {
+        if (v == nullptr) return -1;
+        auto [it, inserted] = ids.emplace(v->name, static_cast<int>(values_.size()));
+        if (inserted) {
+            values_.push_back(ValueInfo{});
+            values_.back().name = v->name;
+            if (v->constant != nullptr) values_.back().constant = copy_constant(v->constant);
+        }
+        return it->second;
+    };
+    for (size_t i = 0; i < view.input_count; ++i) values_[intern(view.inputs[i])].graph_input = static_cast<int>(i);
+
+    for (size_t n = 0; n < view.node_count; ++n) {
+        const TessNodeView& node = *view.nodes[n];
+        std::string why;
+        const KernelDef* def = registry.find(node, &why);
+        if (def == nullptr) throw KernelError(why);
+        Step step;
+        step.label = std::string(node.op_type) + (node.name[0] ? std::string(" '") + node.name + "'" : std::string());
+        step.memory = def->memory;
+        for (size_t i = 0; i < node.input_count; ++i) {
+            int id = intern(node.inputs[i]);
+            if (id >= 0) {
+                const ValueInfo& info = values_[id];
+                if (info.producer < 0 && info.graph_input < 0 && info.constant == nullptr)
+                    throw KernelError(step.label + " reads '" + info.name + "', which the partition does not provide");
+                values_[id].last_use = static_cast<int>(n);
+            }
+            step.inputs.push_back(id);
+        }
+        for (size_t o = 0; o < node.output_count; ++o) {
+            int id = -1;
+            if (node.outputs[o] != nullptr) {
+                id = intern(node.outputs[o]);
+            } else {
+                // An omitted output still gets a slot so that kernels may write it unconditionally.
+                id = static_cast<int>(values_.size());
+                values_.push_back(ValueInfo{});
+                values_.back().name = step.label + "#unused" + std::to_string(o);
+            }
+            values_[id].producer = static_cast<int>(n);
+            step.outputs.push_back(id);
+        }
+        try {
+            step.kernel = def->factory(NodeInfo(node));
+        } catch (const KernelError& e) {
+            throw KernelError(step.label + ": " + e.what());
+        }
+        steps_.push_back(std::move(step));
+    }
+    for (size_t o = 0; o < view.output_count; ++o) {
+        int id = intern(view.outputs[o]);
+        values_[id].graph_output = static_cast<int>(o);
+        output_ids_.push_back(id);
+    }
+}
+
+CompiledGraph::~CompiledGraph() {
+    for (auto& v : values_)
+        if (v.constant != nullptr) host().value_release(v.constant);
+    for (auto& ws : free_workspaces_) ws->finish();
+}
+
+std::unique_ptr<Workspace> CompiledGraph::acquire() const {
+    {
+        std::lock_guard lock(mutex_);
+        if (!free_workspaces_.empty()) {
+            auto ws = std::move(free_workspaces_.back());
+            free_workspaces_.pop_back();
+            return ws;
+        }
+    }
+    return std::make_unique<Workspace>();
+}
+
+void CompiledGraph::release(std::unique_ptr<Workspace> ws) const {
+    ws->finish();
+    std::lock_guard lock(mutex_);
+    free_workspaces_.push_back(std::move(ws));
+}
+
+std::string CompiledGraph::signature(TessComputeContext* context) const {
+    std::string sig;
+    const TessHostApi& h = host();
+    for (size_t i = 0; i < h.compute_input_count(context); ++i) {
+        const TessValue* v = h.compute_input(context, i);
+        if (v == nullptr || h.value_kind(v) != TESS_VALUE_TENSOR) {
+            sig += v == nullptr ? "-;" : "v;";
+            continue;
+        }
+        sig += std::to_string(h.value_element_type(v));
+        const int64_t* dims = h.tensor_dims(v);
+        for (size_t d = 0; d < h.tensor_rank(v); ++d) sig += "," + std::to_string(dims[d]);
+        sig += ";";
+    }
+    return sig;
+}
+
+namespace {
+
+// Greedy placement, largest buffers first, at the lowest offset that overlaps no live buffer.
+std::shared_ptr<MemoryPlan> build_plan(const Workspace& ws, const std::vector<int>& producer) {
+    struct Block {
+        int id;
+        int first, last;
+        size_t size;
+        int64_t offset;
+    };
+    std::vector<Block> blocks;
+    for (size_t id = 0; id < ws.root.size(); ++id) {
+        if (ws.root[id] != static_cast<int>(id) || ws.bytes[id] == 0) continue;
+        int last = std::max(ws.buffer_last_use[id], producer[id]);
+        blocks.push_back(Block{static_cast<int>(id), producer[id], last, round_up(ws.bytes[id]), -1});
+    }
+    std::sort(blocks.begin(), blocks.end(), [](const Block& a, const Block& b) { return a.size > b.size; });
+    auto plan = std::make_shared<MemoryPlan>();
+    plan->offset.assign(ws.root.size(), -1);
+    plan->size.assign(ws.root.size(), 0);
+    std::vector<const Block*> placed;
+    for (Block& b : blocks) {
+        std::vector<std::pair<int64_t, int64_t>> busy;
+        for (const Block* p : placed)
+            if (p->first <= b.last && b.first <= p->last)
+                busy.emplace_back(p->offset, p->offset + static_cast<int64_t>(p->size));
+        std::sort(busy.begin(), busy.end());
+        int64_t offset = 0;
+        for (const auto& [start, end] : busy) {
+            if (offset + static_cast<int64_t>(b.size) <= start) break;
+            offset = std::max(offset, end);
+        }
+        b.offset = offset;
+        placed.push_back(&b);
+        plan->offset[b.id] = offset;
+        plan->size[b.id] = b.size;
+        plan->arena_bytes = std::max(plan->arena_bytes, static_cast<size_t>(offset) + b.size);
+    }
+    return plan;
+}
+
+}  // namespace
+
+void CompiledGraph::run(TessComputeContext* context) const {
+    const TessHostApi& h = host();
+    std::unique_ptr<Workspace> ws = acquire();
+    struct Releaser {
+        const CompiledGraph* graph;
+        std::unique_ptr<Workspace>& ws;
+        ~Releaser() { graph->release(std::move(ws)); }
+    } releaser{this, ws};
+
+    ws->reset(values_.size());
+    for (size_t id = 0; id < values_.size(); ++id) {
+        const ValueInfo& info = values_[id];
+        const TessValue* v = nullptr;
+        if (info.constant != nullptr) v = info.constant;
+        else if (info.graph_input >= 0) v = h.compute_input(context, static_cast<size_t>(info.graph_input));
+        if (v == nullptr) continue;
+        ws->values[id] = const_cast<TessValue*>(v);
+        ws->present[id] = true;
+        if (h.value_kind(v) == TESS_VALUE_TENSOR) ws->tensors[id] = tensor_of(v);
+        else ws->tensors[id] = Tensor{h.value_element_type(v), {}, nullptr, const_cast<TessValue*>(v)};
+    }
+
+    std::string sig = signature(context);
+    std::shared_ptr<const MemoryPlan> plan;
+    {
+        std::lock_guard lock(mutex_);
+        auto it = plans_.find(sig);
+        if (it != plans_.end()) plan = it->second;
+    }
+    if (plan && ws->arena_bytes < plan->arena_bytes) {
+        std::free(ws->arena);
+        ws->arena = nullptr;
+        ws->arena_bytes = 0;
+        ws->arena = aligned_buffer(plan->arena_bytes);
+        ws->arena_bytes = plan->arena_bytes;
+    }
+
+    for (size_t s = 0; s < steps_.size(); ++s) {
+        const Step& step = steps_[s];
+        StepContext ctx(*this, step, static_cast<int>(s), *ws, context, plan.get());
+        try {
+            step.kernel->compute(ctx);
+        } catch (const KernelError& e) {
+            throw KernelError(step.label + ": " + e.what());
+        }
+    }
+    for (size_t o = 0; o < output_ids_.size(); ++o)
+        if (!ws->present[output_ids_[o]])
+            throw KernelError("output '" + values_[output_ids_[o]].name + "' was not produced");
+
+    if (!plan) {
+        std::vector<int> producer(values_.size());
+        for (size_t id = 0; id < values_.size(); ++id) producer[id] = values_[id].producer;
+        auto recorded = build_plan(*ws, producer);
+        std::lock_guard lock(mutex_);
+        plans_.emplace(sig, std::move(recorded));
+    }
+}
+
+}  // namespace tessera::cpu

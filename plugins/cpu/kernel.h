@@ -1,0 +1,192 @@
+// CPU provider: the kernel interface.  Every operator family lives in kernels/<family>.cc and registers its kernels
+// in one function listed in kernels/all_kernels.h.  A kernel object is created once per node when a partition is
+// compiled (that is where attributes are parsed and constant weights prepacked) and its compute() runs for every
+// inference, possibly from several threads at once, so compute() must not mutate the kernel.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/provider.h"
+#include "thread_pool.h"
+
+namespace tessera::cpu {
+
+using Shape = std::vector<int64_t>;
+
+int64_t shape_size(const Shape& shape);
+std::string shape_string(const Shape& shape);
+
+// Thrown by kernels and NodeInfo for a model the kernel cannot accept (bad attribute, shape mismatch).  The
+// provider turns it into a TessStatus at the ABI boundary; nothing escapes the plugin.
+struct KernelError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// A tensor as kernels see it: a non-owning view.  String tensors (TESS_ELEMENT_STRING) have no data pointer; they
+// are read and written through `value` with the string helpers in the context.
+struct Tensor {
+    int32_t type = TESS_ELEMENT_UNDEFINED;
+    Shape shape;
+    void* data = nullptr;
+    TessValue* value = nullptr;  // the backing TessValue when there is one (strings, partition inputs/outputs)
+
+    int64_t size() const { return shape_size(shape); }
+    size_t rank() const { return shape.size(); }
+    template <typename T> T* ptr() { return static_cast<T*>(data); }
+    template <typename T> const T* ptr() const { return static_cast<const T*>(data); }
+    size_t byte_size() const;
+};
+
+// Static facts about one node, available when the kernel is created.
+class NodeInfo {
+public:
+    explicit NodeInfo(const TessNodeView& node) : node_(node) {}
+
+    std::string_view op_type() const { return node_.op_type; }
+    std::string_view domain() const { return node_.domain; }
+    std::string_view name() const { return node_.name; }
+    int64_t opset() const { return node_.opset; }
+    size_t input_count() const { return node_.input_count; }
+    size_t output_count() const { return node_.output_count; }
+    bool has_input(size_t i) const { return i < node_.input_count && node_.inputs[i] != nullptr; }
+    bool has_output(size_t i) const { return i < node_.output_count && node_.outputs[i] != nullptr; }
+    // Declared element type of an input/output (TESS_ELEMENT_UNDEFINED when unknown).
+    int32_t input_type(size_t i) const;
+    int32_t output_type(size_t i) const;
+    // Declared shape when the model states a full one.
+    std::optional<Shape> input_shape(size_t i) const;
+    // The constant (initializer) bound to input i, if any.  Valid only while the kernel is being created: copy it.
+    const TessValue* input_constant(size_t i) const;
+    std::optional<Tensor> constant_tensor(size_t i) const;
+
+    bool has_attr(std::string_view name) const { return find(name) != nullptr; }
+    const TessAttributeView* find(std::string_view name) const;
+    int64_t attr_int(std::string_view name, int64_t fallback) const;
+    int64_t attr_int(std::string_view name) const;  // throws KernelError when missing
+    float attr_float(std::string_view name, float fallback) const;
+    std::string attr_string(std::string_view name, std::string_view fallback) const;
+    std::vector<int64_t> attr_ints(std::string_view name, std::vector<int64_t> fallback = {}) const;
+    std::vector<float> attr_floats(std::string_view name, std::vector<float> fallback = {}) const;
+    std::vector<std::string> attr_strings(std::string_view name) const;
+    const TessValue* attr_tensor(std::string_view name) const;
+
+    const TessNodeView& view() const { return node_; }
+
+private:
+    const TessNodeView& node_;
+};
+
+// What a kernel sees while it runs.  Implemented by the executor.
+class KernelContext {
+public:
+    virtual ~KernelContext() = default;
+
+    virtual size_t input_count() const = 0;
+    // False for an omitted optional input (and for index >= input_count()).
+    virtual bool has_input(size_t i) const = 0;
+    virtual const Tensor& input(size_t i) const = 0;
+    // The raw value of an input (sequences, optionals); NULL for omitted inputs.
+    virtual const TessValue* input_value(size_t i) const = 0;
+
+    virtual size_t output_count() const = 0;
+    // False when the node's output i is omitted (optional outputs nobody reads); kernels may skip computing it.
+    virtual bool output_wanted(size_t i) const = 0;
+    // The output tensor with the given type and shape; its memory is uninitialized.  Called once per output.
+    virtual Tensor& output(size_t i, int32_t type, const Shape& shape) = 0;
+    // Makes output i a view of input `input_index` with another shape (same bytes).  Used by Reshape-like ops;
+    // the executor copies instead when aliasing is impossible.
+    virtual void alias_output(size_t i, size_t input_index, const Shape& shape) = 0;
+    // Hands over a complete non-tensor value (sequence or optional) built with host() functions.
+    virtual void set_output_value(size_t i, TessValue* value) = 0;
+
+    virtual ThreadPool& pool() const = 0;
+    virtual const TessHostApi& host() const = 0;
+};
+
+class Kernel {
+public:
+    virtual ~Kernel() = default;
+    virtual void compute(KernelContext& ctx) const = 0;
+};
+
+using KernelFactory = std::function<std::unique_ptr<Kernel>(const NodeInfo&)>;
+
+// How a kernel may share memory with its inputs (used by the memory planner).
+enum class KernelMemory {
+    Normal,          // outputs get their own buffers
+    InPlaceInput0,   // output 0 may reuse input 0's buffer when input 0 dies here and has the same byte size;
+                     // the kernel must read element k before writing element k
+};
+
+struct KernelDef {
+    std::string domain;       // "" for ai.onnx
+    std::string op_type;
+    int since_version = 1;    // first opset this kernel implements
+    int end_version = 0;      // last opset it implements; 0 = open-ended (the op's latest version)
+    // Allowed element types per type-constrained input index: empty vector = any type.  Checked at capability
+    // time against the declared input types (unknown types pass).
+    std::vector<std::pair<size_t, std::vector<int32_t>>> input_types;
+    KernelMemory memory = KernelMemory::Normal;
+    KernelFactory factory;
+};
+
+class KernelRegistry {
+public:
+    void add(KernelDef def);
+    // The kernel for this node, or nullptr with `why` filled (names op, opset and types).
+    const KernelDef* find(const TessNodeView& node, std::string* why) const;
+    size_t size() const { return defs_.size(); }
+
+private:
+    std::vector<KernelDef> defs_;
+};
+
+// Convenience for registrations: a factory that constructs K from a NodeInfo.
+template <typename K> KernelFactory make_factory() {
+    return [](const NodeInfo& info) -> std::unique_ptr<Kernel> { return std::make_unique<K>(info); };
+}
+
+// Type lists used in registrations.
+namespace types {
+inline const std::vector<int32_t> kFloat{TESS_ELEMENT_FLOAT32};
+inline const std::vector<int32_t> kFloats{TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT64};
+inline const std::vector<int32_t> kNumeric{TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT64, TESS_ELEMENT_INT8,
+                                           TESS_ELEMENT_INT16,  TESS_ELEMENT_INT32,   TESS_ELEMENT_INT64,
+                                           TESS_ELEMENT_UINT8,  TESS_ELEMENT_UINT16,  TESS_ELEMENT_UINT32,
+                                           TESS_ELEMENT_UINT64};
+}  // namespace types
+
+// Calls fn.template operator()<T>() with T the C++ type of `type`, for the listed element types.
+// Usage:  dispatch<float, double, int64_t>(t.type, [&]<typename T>() { ... });
+template <typename T> constexpr int32_t element_type_of();
+template <> constexpr int32_t element_type_of<float>() { return TESS_ELEMENT_FLOAT32; }
+template <> constexpr int32_t element_type_of<double>() { return TESS_ELEMENT_FLOAT64; }
+template <> constexpr int32_t element_type_of<int8_t>() { return TESS_ELEMENT_INT8; }
+template <> constexpr int32_t element_type_of<int16_t>() { return TESS_ELEMENT_INT16; }
+template <> constexpr int32_t element_type_of<int32_t>() { return TESS_ELEMENT_INT32; }
+template <> constexpr int32_t element_type_of<int64_t>() { return TESS_ELEMENT_INT64; }
+template <> constexpr int32_t element_type_of<uint8_t>() { return TESS_ELEMENT_UINT8; }
+template <> constexpr int32_t element_type_of<uint16_t>() { return TESS_ELEMENT_UINT16; }
+template <> constexpr int32_t element_type_of<uint32_t>() { return TESS_ELEMENT_UINT32; }
+template <> constexpr int32_t element_type_of<uint64_t>() { return TESS_ELEMENT_UINT64; }
+template <> constexpr int32_t element_type_of<bool>() { return TESS_ELEMENT_BOOL; }
+
+[[noreturn]] void throw_unsupported_type(std::string_view what, int32_t type);
+
+template <typename... Ts, typename Fn> void dispatch(int32_t type, Fn&& fn) {
+    bool done = false;
+    ((!done && type == element_type_of<Ts>() ? (fn.template operator()<Ts>(), done = true) : false), ...);
+    if (!done) throw_unsupported_type("dispatch", type);
+}
+
+}  // namespace tessera::cpu

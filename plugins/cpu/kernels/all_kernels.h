@@ -1,0 +1,24 @@
+// CPU provider: one registration function per operator family (kernels/<family>.cc).  A new family adds its
+// function here and to register_all_kernels in registry.cc.
+#pragma once
+
+#include "kernel.h"
+
+namespace tessera::cpu {
+
+void register_elementwise_kernels(KernelRegistry& registry);    // kernels/elementwise.cc: arithmetic, comparison, logic
+void register_activation_kernels(KernelRegistry& registry);     // kernels/activation.cc: unary math and activations
+void register_softmax_kernels(KernelRegistry& registry);        // kernels/softmax.cc
+void register_reduce_kernels(KernelRegistry& registry);         // kernels/reduce.cc
+void register_conv_kernels(KernelRegistry& registry);           // kernels/conv.cc: Conv, ConvTranspose
+void register_pool_kernels(KernelRegistry& registry);           // kernels/pool.cc
+void register_normalization_kernels(KernelRegistry& registry);  // kernels/normalization.cc
+void register_gemm_kernels(KernelRegistry& registry);           // kernels/gemm.cc: Gemm, MatMul
+void register_shape_kernels(KernelRegistry& registry);          // kernels/shape_ops.cc: Reshape, Flatten, ...
+void register_tensor_kernels(KernelRegistry& registry);         // kernels/tensor_ops.cc: Concat, Slice, Gather, ...
+void register_sequence_kernels(KernelRegistry& registry);       // kernels/sequence.cc
+void register_string_kernels(KernelRegistry& registry);         // kernels/string_ops.cc
+
+void register_all_kernels(KernelRegistry& registry);
+
+}  // namespace tessera::cpu

@@ -1,0 +1,156 @@
+// The CPU execution provider: the plugin entry point and the provider function table.
+// Every function here is an ABI boundary: exceptions are caught and returned as status objects.
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "allocator.h"
+#include "graph_executor.h"
+#include "host.h"
+#include "kernels/all_kernels.h"
+#include "util/gemm.h"
+
+namespace tessera::cpu {
+
+namespace {
+
+const TessMemoryKind kHostMemory = {sizeof(TessMemoryKind), TESS_HOST_MEMORY_NAME, 1, 0};
+
+struct Plugin {
+    KernelRegistry registry;
+};
+
+Plugin& plugin() {
+    static Plugin p;
+    return p;
+}
+
+template <typename Fn> TessStatus* guarded(Fn&& fn) noexcept {
+    try {
+        fn();
+        return nullptr;
+    } catch (const std::bad_alloc&) {
+        return host().status_create(TESS_STATUS_OUT_OF_MEMORY, "cpu: out of memory");
+    } catch (const KernelError& e) {
+        return host().status_create(TESS_STATUS_RUNTIME_ERROR, e.what());
+    } catch (const std::exception& e) {
+        return host().status_create(TESS_STATUS_INTERNAL, e.what());
+    } catch (...) {
+        return host().status_create(TESS_STATUS_INTERNAL, "cpu: unknown exception");
+    }
+}
+
+}  // namespace
+
+}  // namespace tessera::cpu
+
+using namespace tessera::cpu;
+
+// The opaque handles of the provider ABI, defined by this provider.
+struct TessProviderInstance {
+    std::unique_ptr<ThreadPool> pool;
+    CachingAllocator allocator;
+};
+
+struct TessCompiled {
+    std::unique_ptr<CompiledGraph> graph;
+};
+
+namespace {
+
+TessStatus* create_instance(void*, const TessProviderOptions* options, TessProviderInstance** out) {
+    return guarded([&] {
+        int threads = options != nullptr && options->intra_op_threads > 0 ? options->intra_op_threads : 1;
+        auto instance = std::make_unique<TessProviderInstance>();
+        instance->pool = std::make_unique<ThreadPool>(threads);
+        *out = instance.release();
+    });
+}
+
+void release_instance(TessProviderInstance* instance) { delete instance; }
+
+TessStatus* get_capability(TessProviderInstance*, const TessGraphView* graph, TessCapabilityContext* ctx) {
+    return guarded([&] {
+        for (size_t n = 0; n < graph->node_count; ++n) {
+            const TessNodeView& node = *graph->nodes[n];
+            std::string why;
+            if (plugin().registry.find(node, &why) != nullptr) host().capability_claim(ctx, node.index);
+            else host().capability_decline(ctx, node.index, why.c_str());
+        }
+    });
+}
+
+TessStatus* compile(TessProviderInstance* instance, const TessGraphView* graph, TessCompiled** out) {
+    return guarded([&] {
+        auto compiled = std::make_unique<TessCompiled>();
+        compiled->graph = std::make_unique<CompiledGraph>(*graph, plugin().registry, *instance->pool);
+        *out = compiled.release();
+    });
+}
+
+void release_compiled(TessCompiled* compiled) { delete compiled; }
+
+TessStatus* compute(TessCompiled* compiled, TessComputeContext* context) {
+    return guarded([&] { compiled->graph->run(context); });
+}
+
+const TessMemoryKind* memory_kind(TessProviderInstance*) { return &kHostMemory; }
+
+TessStatus* allocate(TessProviderInstance* instance, size_t bytes, size_t alignment, void** out) {
+    return guarded([&] { *out = instance->allocator.allocate(bytes, alignment); });
+}
+
+void free_memory(TessProviderInstance* instance, void* pointer) { instance->allocator.free(pointer); }
+
+TessStatus* copy_bytes_to_host(TessProviderInstance*, void* dst, const void* src, size_t bytes) {
+    std::memcpy(dst, src, bytes);
+    return nullptr;
+}
+
+TessStatus* copy_bytes_from_host(TessProviderInstance*, void* dst, const void* src, size_t bytes) {
+    std::memcpy(dst, src, bytes);
+    return nullptr;
+}
+
+const TessProviderApi kCpuProvider = [] {
+    TessProviderApi api{};
+    api.struct_size = sizeof(TessProviderApi);
+    api.name = "cpu";
+    api.provider_data = nullptr;
+    api.check_available = nullptr;
+    api.create_instance = create_instance;
+    api.release_instance = release_instance;
+    api.get_capability = get_capability;
+    api.compile = compile;
+    api.release_compiled = release_compiled;
+    api.compute = compute;
+    api.memory_kind = memory_kind;
+    api.allocate = allocate;
+    api.free = free_memory;
+    api.copy_to_host = copy_bytes_to_host;
+    api.copy_from_host = copy_bytes_from_host;
+    api.is_fallback = 1;
+    return api;
+}();
+
+const TessProviderApi* const kProviders[] = {&kCpuProvider};
+
+}  // namespace
+
+extern "C" TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host_api, TessPluginExports* exports) {
+    if (host_api == nullptr || exports == nullptr) return nullptr;  // nothing to report through
+    set_host(host_api);
+    if (host_api->abi_version_max < TESS_PLUGIN_ABI_VERSION_MIN || host_api->abi_version_min > TESS_PLUGIN_ABI_VERSION_MAX)
+        return host_api->status_create(TESS_STATUS_ABI_MISMATCH, "the cpu provider speaks plugin ABI 1");
+    return guarded([&] {
+        init_blas_single_threaded();
+        if (plugin().registry.size() == 0) register_all_kernels(plugin().registry);
+        exports->abi_version = TESS_PLUGIN_ABI_VERSION_MAX < host_api->abi_version_max ? TESS_PLUGIN_ABI_VERSION_MAX
+                                                                                      : host_api->abi_version_max;
+        exports->name = "tessera-cpu";
+        exports->version = "0.1.0";
+        exports->provider_count = 1;
+        exports->providers = kProviders;
+    });
+}

@@ -1,0 +1,20 @@
+#include "kernels/all_kernels.h"
+
+namespace tessera::cpu {
+
+void register_all_kernels(KernelRegistry& registry) {
+    register_elementwise_kernels(registry);
+    register_activation_kernels(registry);
+    register_softmax_kernels(registry);
+    register_reduce_kernels(registry);
+    register_conv_kernels(registry);
+    register_pool_kernels(registry);
+    register_normalization_kernels(registry);
+    register_gemm_kernels(registry);
+    register_shape_kernels(registry);
+    register_tensor_kernels(registry);
+    register_sequence_kernels(registry);
+    register_string_kernels(registry);
+}
+
+}  // namespace tessera::cpu

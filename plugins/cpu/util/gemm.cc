@@ -1,0 +1,304 @@
+// CPU provider: matrix products over single-threaded OpenBLAS, split across the session pool.
+#include "util/gemm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <string>
+
+namespace tessera::cpu {
+
+void init_blas_single_threaded() { openblas_set_num_threads(1); }
+
+namespace {
+
+// Products with fewer multiply-adds than this per task are not worth a hand-off to another thread.
+constexpr int64_t kWorkPerTask = int64_t{1} << 18;
+// Cost of packing one element of A or B relative to one multiply-add (packing streams memory; the micro-kernel
+// runs at several multiply-adds per cycle).
+constexpr double kPackCost = 16.0;
+// Column blocks are multiples of this so that every block starts on a 64-byte boundary for floats.
+constexpr int64_t kColumnAlign = 16;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+template <typename T> void fill_scaled(T* C, int64_t ldc, int64_t rows, int64_t cols, T beta) {
+    for (int64_t m = 0; m < rows; ++m) {
+        T* row = C + m * ldc;
+        if (beta == T(0)) {
+            std::fill(row, row + cols, T(0));
+        } else if (beta != T(1)) {
+            for (int64_t n = 0; n < cols; ++n) row[n] *= beta;
+        }
+    }
+}
+
+// Plain loops for element types BLAS lacks (integers); i-k-j order keeps the inner loop contiguous.
+template <typename T>
+void loop_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+               const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+    fill_scaled(C, ldc, M, N, beta);
+    for (int64_t m = 0; m < M; ++m) {
+        T* crow = C + m * ldc;
+        if (!trans_b) {
+            for (int64_t k = 0; k < K; ++k) {
+                const T a = alpha * (trans_a ? A[k * lda + m] : A[m * lda + k]);
+                const T* brow = B + k * ldb;
+                for (int64_t n = 0; n < N; ++n) crow[n] += a * brow[n];
+            }
+        } else {
+            for (int64_t n = 0; n < N; ++n) {
+                const T* brow = B + n * ldb;
+                T sum = T(0);
+                for (int64_t k = 0; k < K; ++k) sum += (trans_a ? A[k * lda + m] : A[m * lda + k]) * brow[k];
+                crow[n] += alpha * sum;
+            }
+        }
+    }
+}
+
+template <typename T>
+void blas_gemv(bool trans, int64_t rows, int64_t cols, T alpha, const T* A, int64_t lda, const T* x, int64_t incx,
+               T beta, T* y, int64_t incy) {
+    const auto t = trans ? CblasTrans : CblasNoTrans;
+    if constexpr (std::is_same_v<T, float>) {
+        cblas_sgemv(CblasRowMajor, t, int(rows), int(cols), alpha, A, int(lda), x, int(incx), beta, y, int(incy));
+    } else {
+        cblas_dgemv(CblasRowMajor, t, int(rows), int(cols), alpha, A, int(lda), x, int(incx), beta, y, int(incy));
+    }
+}
+
+template <typename T>
+void blas_product(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+                  const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+    if (M == 1 || N == 1) {
+        // Matrix-vector shapes: gemv streams the matrix once instead of packing it.  BLAS's gemv scales y by beta
+        // even when beta is 0 (0 * NaN garbage = NaN), so clear y ourselves.
+        if (beta == T(0)) {
+            fill_scaled(C, ldc, M, N, T(0));
+            beta = T(1);
+        }
+        if (M == 1) {
+            // y[N] = op(B)^T-applied: op(B) is K x N.
+            if (!trans_b) {
+                blas_gemv(true, K, N, alpha, B, ldb, A, trans_a ? lda : 1, beta, C, 1);
+            } else {
+                blas_gemv(false, N, K, alpha, B, ldb, A, trans_a ? lda : 1, beta, C, 1);
+            }
+        } else {
+            const int64_t incb = trans_b ? 1 : ldb;
+            if (!trans_a) {
+                blas_gemv(false, M, K, alpha, A, lda, B, incb, beta, C, ldc);
+            } else {
+                blas_gemv(true, K, M, alpha, A, lda, B, incb, beta, C, ldc);
+            }
+        }
+        return;
+    }
+    const auto ta = trans_a ? CblasTrans : CblasNoTrans;
+    const auto tb = trans_b ? CblasTrans : CblasNoTrans;
+    if constexpr (std::is_same_v<T, float>) {
+        cblas_sgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
+                    int(ldc));
+    } else {
+        cblas_dgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
+                    int(ldc));
+    }
+}
+
+void check_blas_range(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
+    for (int64_t v : {M, N, K, lda, ldb, ldc}) {
+        if (v < 0 || v > INT_MAX) {
+            throw KernelError("gemm: dimension " + std::to_string(v) + " is outside the range BLAS supports");
+        }
+    }
+}
+
+}  // namespace
+
+void check_gemm_dimensions(int64_t M, int64_t N, int64_t K) {
+    check_blas_range(M, N, K, std::max(M, K), std::max(N, K), N);
+}
+
+template <typename T>
+void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, std::type_identity_t<T> alpha,
+                 const T* A, int64_t lda, const T* B, int64_t ldb, std::type_identity_t<T> beta, T* C, int64_t ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0 || alpha == T(0)) {
+        fill_scaled(C, ldc, M, N, beta);
+        return;
+    }
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        blas_product<T>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    } else {
+        loop_gemm<T>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    }
+}
+
+template <typename T>
+void gemm(ThreadPool& pool, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+          std::type_identity_t<T> alpha, const T* A, int64_t lda, const T* B, int64_t ldb,
+          std::type_identity_t<T> beta, T* C, int64_t ldc, const GemmEpilogue& epilogue) {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) check_blas_range(M, N, K, lda, ldb, ldc);
+    if (M <= 0 || N <= 0) return;
+
+    const int64_t work = M * N * std::max<int64_t>(K, 1);
+    int64_t tasks = std::min<int64_t>(pool.size(), work / kWorkPerTask);
+    if (tasks <= 1) {
+        gemm_serial<T>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        if (epilogue) epilogue(0, M, 0, N);
+        return;
+    }
+
+    // Split C into a grid of blocks, one per task.  Every task packs its rows of A and its columns of B, so the grid
+    // minimizes the block's compute plus packing, m * n + kPackCost * (m + n) (in multiply-adds per unit of K);
+    // column blocks are multiples of kColumnAlign.
+    int64_t block_rows = M, block_cols = N;
+    double best_cost = -1;
+    for (int64_t row_tasks = 1; row_tasks <= tasks; ++row_tasks) {
+        const int64_t col_tasks = tasks / row_tasks;
+        const int64_t m = ceil_div(M, row_tasks);
+        const int64_t n = col_tasks == 1 ? N : ceil_div(ceil_div(N, col_tasks), kColumnAlign) * kColumnAlign;
+        const double cost = double(m) * double(n) + kPackCost * double(m + n);
+        if (best_cost < 0 || cost < best_cost) {
+            best_cost = cost;
+            block_rows = m;
+            block_cols = n;
+        }
+    }
+    const int64_t row_blocks = ceil_div(M, block_rows), col_blocks = ceil_div(N, block_cols);
+    pool.parallel_for(row_blocks * col_blocks, 1, [&](int64_t first, int64_t last) {
+        for (int64_t t = first; t < last; ++t) {
+            const int64_t m0 = (t / col_blocks) * block_rows, m1 = std::min(M, m0 + block_rows);
+            const int64_t n0 = (t % col_blocks) * block_cols, n1 = std::min(N, n0 + block_cols);
+            const T* a = trans_a ? A + m0 : A + m0 * lda;
+            const T* b = trans_b ? B + n0 * ldb : B + n0;
+            gemm_serial<T>(trans_a, trans_b, m1 - m0, n1 - n0, K, alpha, a, lda, b, ldb, beta, C + m0 * ldc + n0, ldc);
+            if (epilogue) epilogue(m0, m1, n0, n1);
+        }
+    });
+}
+
+OwnedTensor::OwnedTensor(const Tensor& source) : storage_(source.byte_size()) {
+    if (source.type == TESS_ELEMENT_STRING) throw KernelError("cannot keep a copy of a string constant");
+    if (!storage_.empty()) std::memcpy(storage_.data(), source.data, storage_.size());
+    tensor_.type = source.type;
+    tensor_.shape = source.shape;
+    tensor_.data = storage_.data();
+}
+
+std::optional<OwnedTensor> copy_constant_input(const NodeInfo& info, size_t index) {
+    if (!info.has_input(index)) return std::nullopt;
+    std::optional<Tensor> constant = info.constant_tensor(index);
+    if (!constant) return std::nullopt;
+    return OwnedTensor(*constant);
+}
+
+MatMulPlan plan_matmul(const Shape& a, const Shape& b, std::string_view op) {
+    auto fail = [&](const std::string& why) -> KernelError {
+        return KernelError(std::string(op) + ": " + why + " (A " + shape_string(a) + ", B " + shape_string(b) + ")");
+    };
+    if (a.empty() || b.empty()) throw fail("operands must have rank >= 1");
+    const bool a_vector = a.size() == 1, b_vector = b.size() == 1;
+    const Shape as = a_vector ? Shape{1, a[0]} : a;
+    const Shape bs = b_vector ? Shape{b[0], 1} : b;
+
+    MatMulPlan plan;
+    plan.M = as[as.size() - 2];
+    plan.K = as[as.size() - 1];
+    plan.N = bs[bs.size() - 1];
+    if (bs[bs.size() - 2] != plan.K) throw fail("inner dimensions differ");
+
+    const Shape a_batch(as.begin(), as.end() - 2), b_batch(bs.begin(), bs.end() - 2);
+    const size_t rank = std::max(a_batch.size(), b_batch.size());
+    Shape batch_shape(rank);
+    // Batch dimension i of an operand, right-aligned; 1 where the operand has fewer dimensions.
+    auto dim_of = [rank](const Shape& s, size_t i) { return i + s.size() < rank ? 1 : s[i + s.size() - rank]; };
+    for (size_t i = 0; i < rank; ++i) {
+        const int64_t da = dim_of(a_batch, i), db = dim_of(b_batch, i);
+        if (da != db && da != 1 && db != 1) throw fail("batch dimensions do not broadcast");
+        batch_shape[i] = da == 1 ? db : da;
+    }
+    plan.batch = shape_size(batch_shape);
+    plan.output_shape = batch_shape;
+    if (!a_vector) plan.output_shape.push_back(plan.M);
+    if (!b_vector) plan.output_shape.push_back(plan.N);
+
+    const int64_t a_batches = shape_size(a_batch), b_batches = shape_size(b_batch);
+    plan.fold_batch_into_rows = b_batches == 1 && a_batches == plan.batch;
+    if (plan.fold_batch_into_rows || plan.batch == 0) return plan;
+
+    // Element strides of each operand's batch dimensions (0 where broadcast).
+    std::vector<int64_t> a_stride(rank, 0), b_stride(rank, 0);
+    int64_t sa = plan.M * plan.K, sb = plan.K * plan.N;
+    for (size_t i = rank; i-- > 0;) {
+        const int64_t da = dim_of(a_batch, i), db = dim_of(b_batch, i);
+        if (da != 1) a_stride[i] = sa;
+        if (db != 1) b_stride[i] = sb;
+        sa *= da;
+        sb *= db;
+    }
+    plan.a_offsets.resize(plan.batch);
+    plan.b_offsets.resize(plan.batch);
+    std::vector<int64_t> index(rank, 0);
+    int64_t a_offset = 0, b_offset = 0;
+    for (int64_t p = 0; p < plan.batch; ++p) {
+        plan.a_offsets[p] = a_offset;
+        plan.b_offsets[p] = b_offset;
+        for (size_t i = rank; i-- > 0;) {
+            a_offset += a_stride[i];
+            b_offset += b_stride[i];
+            if (++index[i] < batch_shape[i]) break;
+            a_offset -= a_stride[i] * batch_shape[i];
+            b_offset -= b_stride[i] * batch_shape[i];
+            index[i] = 0;
+        }
+    }
+    return plan;
+}
+
+template <typename T> void run_matmul(ThreadPool& pool, const MatMulPlan& plan, const T* A, const T* B, T* C) {
+    const int64_t M = plan.M, N = plan.N, K = plan.K;
+    if (plan.batch == 0 || M == 0 || N == 0) return;
+    if (plan.fold_batch_into_rows) {
+        gemm<T>(pool, false, false, plan.batch * M, N, K, T(1), A, K, B, N, T(0), C, N);
+        return;
+    }
+    const int64_t product_work = M * N * std::max<int64_t>(K, 1);
+    if (plan.batch > 1 && product_work < kWorkPerTask * pool.size()) {
+        // Many small products: one product per task beats splitting each one.
+        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+            check_blas_range(M, N, K, K, N, N);
+        }
+        const int64_t grain = std::max<int64_t>(1, kWorkPerTask / product_work);
+        pool.parallel_for(plan.batch, grain, [&](int64_t first, int64_t last) {
+            for (int64_t p = first; p < last; ++p) {
+                gemm_serial<T>(false, false, M, N, K, T(1), A + plan.a_offsets[p], K, B + plan.b_offsets[p], N,
+                               T(0), C + p * M * N, N);
+            }
+        });
+        return;
+    }
+    for (int64_t p = 0; p < plan.batch; ++p) {
+        gemm<T>(pool, false, false, M, N, K, T(1), A + plan.a_offsets[p], K, B + plan.b_offsets[p], N, T(0),
+                C + p * M * N, N);
+    }
+}
+
+#define TESSERA_INSTANTIATE_GEMM(T)                                                                              \
+    template void gemm<T>(ThreadPool&, bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*,   \
+                          int64_t, T, T*, int64_t, const GemmEpilogue&);                                       \
+    template void gemm_serial<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t, \
+                                 T, T*, int64_t);                                                              \
+    template void run_matmul<T>(ThreadPool&, const MatMulPlan&, const T*, const T*, T*);
+TESSERA_INSTANTIATE_GEMM(float)
+TESSERA_INSTANTIATE_GEMM(double)
+TESSERA_INSTANTIATE_GEMM(int32_t)
+TESSERA_INSTANTIATE_GEMM(int64_t)
+TESSERA_INSTANTIATE_GEMM(uint32_t)
+TESSERA_INSTANTIATE_GEMM(uint64_t)
+#undef TESSERA_INSTANTIATE_GEMM
+
+}  // namespace tessera::cpu

@@ -1,0 +1,86 @@
+// CPU provider: matrix products.  Float and double go to OpenBLAS, which runs single-threaded: the parallelism
+// comes from splitting the product across the session's pool, so that a session has exactly one set of threads.
+// Other element types (integer MatMul/Gemm) use a plain loop.
+#pragma once
+
+#include <cstdint>
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <type_traits>
+#include <vector>
+
+#include "kernel.h"
+#include "thread_pool.h"
+
+namespace tessera::cpu {
+
+// Makes OpenBLAS run every call on the calling thread.  The provider calls it once when the plugin loads.
+void init_blas_single_threaded();
+
+// Runs after a worker finished its block of C (rows [row_begin, row_end) x columns [col_begin, col_end)), while the
+// block is still in cache: bias adds and similar fused epilogues.  Must not throw.
+using GemmEpilogue = std::function<void(int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end)>;
+
+// Row-major C[M,N] = alpha * op(A) * op(B) + beta * C, where op(A) is M x K (A is K x M when trans_a) and op(B) is
+// K x N (B is N x K when trans_b).  When beta is 0, C is not read (it may hold garbage).  Splits the work across the
+// pool; call it from outside any parallel region.  Throws KernelError when a dimension does not fit BLAS's int.
+template <typename T>
+void gemm(ThreadPool& pool, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, std::type_identity_t<T> alpha,
+          const T* A, int64_t lda, const T* B, int64_t ldb, std::type_identity_t<T> beta, T* C, int64_t ldc,
+          const GemmEpilogue& epilogue = {});
+
+// Throws KernelError when a product of these dimensions does not fit BLAS's int; callers of gemm_serial check
+// once before their parallel region.
+void check_gemm_dimensions(int64_t M, int64_t N, int64_t K);
+
+// The same on the calling thread only, for use inside a parallel region.  Never throws (the caller validated the
+// dimensions).
+template <typename T>
+void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, std::type_identity_t<T> alpha,
+                 const T* A, int64_t lda, const T* B, int64_t ldb, std::type_identity_t<T> beta, T* C, int64_t ldc);
+
+// True for the element types gemm()/gemm_serial() are instantiated for.
+template <typename T>
+inline constexpr bool kGemmSupported =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t> ||
+    std::is_same_v<T, int64_t> || std::is_same_v<T, uint32_t> || std::is_same_v<T, uint64_t>;
+
+// A constant input (weights) that a kernel copies when it is created: the graph view holding the constant lives
+// only for the compile call.  Moving keeps the view valid; copying is disabled.
+class OwnedTensor {
+public:
+    explicit OwnedTensor(const Tensor& source);
+    OwnedTensor(OwnedTensor&&) noexcept = default;
+    OwnedTensor& operator=(OwnedTensor&&) noexcept = default;
+    OwnedTensor(const OwnedTensor&) = delete;
+    OwnedTensor& operator=(const OwnedTensor&) = delete;
+
+    const Tensor& tensor() const { return tensor_; }
+
+private:
+    std::vector<std::byte> storage_;
+    Tensor tensor_;
+};
+
+// A copy of input `index` when the node binds it to a constant; nullopt otherwise.
+std::optional<OwnedTensor> copy_constant_input(const NodeInfo& info, size_t index);
+
+// ONNX/numpy MatMul shapes: 1-D operands are promoted (A to [1,K], B to [K,1]) and the promoted dimension removed
+// from the result; batch dimensions broadcast.
+struct MatMulPlan {
+    Shape output_shape;
+    int64_t M = 0, N = 0, K = 0;
+    int64_t batch = 1;                  // number of matrix products
+    std::vector<int64_t> a_offsets;     // per product: element offset of its A matrix
+    std::vector<int64_t> b_offsets;     // per product: element offset of its B matrix
+    bool fold_batch_into_rows = false;  // B is shared and A's matrices are contiguous: one [batch*M, K] product
+};
+
+// Throws KernelError (naming `op`) when the shapes do not multiply.
+MatMulPlan plan_matmul(const Shape& a, const Shape& b, std::string_view op = "MatMul");
+
+// C (output_shape of the plan, contiguous) = A @ B.
+template <typename T> void run_matmul(ThreadPool& pool, const MatMulPlan& plan, const T* A, const T* B, T* C);
+
+}  // namespace tessera::cpu
