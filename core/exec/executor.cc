@@ -1,6 +1,7 @@
 #include "exec/executor.h"
 
 #include <cstring>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -8,6 +9,26 @@
 #include "plugins/contexts.h"
 
 namespace tessera {
+
+CompiledPartition& CompiledPartition::operator=(CompiledPartition&& other) noexcept {
+    if (this == &other) return *this;
+    if (compiled != nullptr && instance != nullptr) instance->api().release_compiled(compiled);
+    instance = other.instance;
+    compiled = std::exchange(other.compiled, nullptr);
+    nodes = std::move(other.nodes);
+    inputs = std::move(other.inputs);
+    outputs = std::move(other.outputs);
+    input_ids = std::move(other.input_ids);
+    output_ids = std::move(other.output_ids);
+    copy_count = other.copy_count;
+    node_names = std::move(other.node_names);
+    node_ops = std::move(other.node_ops);
+    node_name_ptrs = std::move(other.node_name_ptrs);
+    node_op_ptrs = std::move(other.node_op_ptrs);
+    input_ptrs = std::move(other.input_ptrs);
+    output_ptrs = std::move(other.output_ptrs);
+    return *this;
+}
 
 CompiledPartition::~CompiledPartition() {
     if (compiled != nullptr && instance != nullptr) instance->api().release_compiled(compiled);

@@ -23,8 +23,11 @@ struct CompiledPartition {
     std::vector<const char*> node_name_ptrs, node_op_ptrs, input_ptrs, output_ptrs;
 
     CompiledPartition() = default;
-    CompiledPartition(CompiledPartition&&) = default;
-    CompiledPartition& operator=(CompiledPartition&&) = default;
+    // Moves hand over the compiled object (released exactly once).
+    CompiledPartition(CompiledPartition&& other) noexcept { *this = std::move(other); }
+    CompiledPartition& operator=(CompiledPartition&& other) noexcept;
+    CompiledPartition(const CompiledPartition&) = delete;
+    CompiledPartition& operator=(const CompiledPartition&) = delete;
     ~CompiledPartition();
 };
 

@@ -24,15 +24,19 @@ public:
     virtual const char* name() const = 0;
     // Rewrites the graph; returns true when it changed something.
     virtual bool run(Graph& graph, const PassContext& context) const = 0;
+    // Lowerings that make a graph runnable (rather than faster) run even when optimization is off.
+    virtual bool required() const { return false; }
 };
 
 // The ordered list of passes; later passes (fusions, layout rewrites) register here.
 std::vector<std::unique_ptr<GraphPass>> default_passes();
 
-// Runs the passes until none changes the graph (bounded), keeping it topologically sorted.
-void optimize(Graph& graph, const PassContext& context);
+// Runs the passes until none changes the graph (bounded), keeping it topologically sorted.  Level 0 runs only the
+// required lowerings.
+void optimize(Graph& graph, const PassContext& context, int level);
 
 // Pass factories (one file each).
+std::unique_ptr<GraphPass> make_expand_gradient_pass();
 std::unique_ptr<GraphPass> make_eliminate_identity_pass();
 std::unique_ptr<GraphPass> make_constant_folding_pass();
 std::unique_ptr<GraphPass> make_dead_node_pass();

@@ -32,11 +32,9 @@ Session::Session(TessEnv& env, LoadedModel model, const TessSessionOptions& opti
     for (const auto& in : graph_.inputs) inputs_.push_back(make_io_info(graph_, in));
     for (const auto& out : graph_.outputs) outputs_.push_back(make_io_info(graph_, out));
     choose_providers(env, options);
-    if (options.optimization_level > 0) {
-        PassContext context;
-        context.evaluate = [this](const Graph& graph, size_t node) { return evaluate_constant_node(graph, node); };
-        optimize(graph_, context);
-    }
+    PassContext context;
+    context.evaluate = [this](const Graph& graph, size_t node) { return evaluate_constant_node(graph, node); };
+    optimize(graph_, context, options.optimization_level);
     compile(options);
 }
 
