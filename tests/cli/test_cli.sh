@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# End-to-end checks of the `tessera` command: plugin report with broken plugins present, runs that still work, and
+# bad input reported as one error line with a non-zero exit status.
+# Usage: test_cli.sh TESSERA_BINARY TEST_PLUGIN_DIR BACKEND_DATA_DIR
+set -uo pipefail
+tessera=$1; test_plugins=$2; data=$3
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+failures=0; passed=0
+check() {  # check NAME COMMAND... : the command must succeed
+  local name=$1; shift
+  if "$@"; then passed=$((passed + 1)); echo "ok   $name"; else failures=$((failures + 1)); echo "FAIL $name"; fi
+}
+
+# A plugin directory with a file that is not a library and a library without the entry symbol.
+mkdir -p "$work/plugins"
+echo "not a library" > "$work/plugins/broken.so"
+cp "$test_plugins/libtest_no_entry.so" "$work/plugins/"
+export TESSERA_PLUGIN_PATH="$work/plugins"
+
+"$tessera" plugins > "$work/report.txt" 2>&1; status=$?
+check "plugins exits 0 with skipped plugins" test $status -eq 0
+check "report names the non-library" grep -q "not a shared library" "$work/report.txt"
+check "report names the missing entry symbol" grep -q "no entry symbol" "$work/report.txt"
+"$tessera" plugins --json > "$work/report.json" 2>&1
+check "json report parses" python3 -c "import json,sys; r=json.load(open('$work/report.json')); sys.exit(0 if any(p['state']=='skipped' for p in r['plugins']) else 1)"
+
+check "run of the embedded model" "$tessera" run
+case_dir="$data/simple/test_single_relu_model"
+check "run with --inputs/--outputs" "$tessera" run "$case_dir/model.onnx" --inputs "$case_dir/test_data_set_0" --outputs "$work/out"
+check "outputs written" test -s "$work/out/output_0.pb"
+
+# Bad input: one line on stderr, exit status 1.
+bad() {  # bad NAME ARGS... : must exit non-zero with exactly one 'tessera: error:' line
+  local name=$1; shift
+  "$tessera" "$@" > /dev/null 2> "$work/err.txt"; local status=$?
+  local lines; lines=$(grep -c "^tessera: error:" "$work/err.txt")
+  if [ $status -ne 0 ] && [ "$lines" -eq 1 ] && [ "$(wc -l < "$work/err.txt")" -eq 1 ]; then
+    passed=$((passed + 1)); echo "ok   $name: $(cat "$work/err.txt")"
+  else
+    failures=$((failures + 1)); echo "FAIL $name (status $status):"; cat "$work/err.txt"
+  fi
+}
+bad "missing model file" run "$work/absent.onnx"
+mkdir -p "$work/empty"
+bad "missing input file" run "$case_dir/model.onnx" --inputs "$work/empty"
+mkdir -p "$work/wrong_type"
+python3 -c "
+import numpy as np, onnx
+from onnx import numpy_helper
+open('$work/wrong_type/input_0.pb','wb').write(numpy_helper.from_array(np.zeros((3,4,5), np.int64)).SerializeToString())"
+bad "wrong input type" run "$case_dir/model.onnx" --inputs "$work/wrong_type"
+mkdir -p "$work/wrong_shape"
+python3 -c "
+import numpy as np
+from onnx import numpy_helper
+open('$work/wrong_shape/input_0.pb','wb').write(numpy_helper.from_array(np.zeros((2,2), np.float32)).SerializeToString())"
+bad "wrong input shape" run "$case_dir/model.onnx" --inputs "$work/wrong_shape"
+mkdir -p "$work/too_many"
+cp "$case_dir/test_data_set_0/input_0.pb" "$work/too_many/input_0.pb"
+cp "$case_dir/test_data_set_0/input_0.pb" "$work/too_many/input_1.pb"
+bad "wrong input count" run "$case_dir/model.onnx" --inputs "$work/too_many"
+
+echo "$passed passed, $failures failed"
+[ $failures -eq 0 ]
