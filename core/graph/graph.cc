@@ -15,6 +15,14 @@ const onnx::AttributeProto* Node::attribute(const std::string& attr_name) const 
     return nullptr;
 }
 
+std::vector<std::string> Node::reads() const {
+    std::vector<std::string> result;
+    for (const auto& in : inputs)
+        if (!in.empty()) result.push_back(in);
+    result.insert(result.end(), implicit_inputs.begin(), implicit_inputs.end());
+    return result;
+}
+
 std::string Node::label() const {
     std::string op = domain.empty() ? op_type : domain + ":" + op_type;
     return name.empty() ? fmt::format("<unnamed> ({})", op) : fmt::format("'{}' ({})", name, op);
@@ -46,11 +54,23 @@ std::unordered_map<std::string, size_t> Graph::producers() const {
     return result;
 }
 
+std::vector<std::string> Graph::free_values() const {
+    std::unordered_set<std::string> defined(inputs.begin(), inputs.end());
+    for (const auto& [name, _] : initializers) defined.insert(name);
+    for (const auto& node : nodes)
+        for (const auto& out : node.outputs) defined.insert(out);
+    std::vector<std::string> result;
+    std::unordered_set<std::string> seen;
+    for (const auto& node : nodes)
+        for (const auto& in : node.reads())
+            if (!defined.count(in) && seen.insert(in).second) result.push_back(in);
+    return result;
+}
+
 std::unordered_map<std::string, size_t> Graph::use_counts() const {
     std::unordered_map<std::string, size_t> counts;
     for (const auto& node : nodes)
-        for (const auto& in : node.inputs)
-            if (!in.empty()) ++counts[in];
+        for (const auto& in : node.reads()) ++counts[in];
     for (const auto& out : outputs) ++counts[out];
     return counts;
 }
@@ -61,11 +81,10 @@ void Graph::sort_topologically() {
     std::vector<std::vector<size_t>> consumers(nodes.size());
     for (size_t i = 0; i < nodes.size(); ++i) {
         std::unordered_set<size_t> seen;
-        for (const auto& in : nodes[i].inputs) {
-            if (in.empty()) continue;
+        for (const auto& in : nodes[i].reads()) {
             auto it = producer.find(in);
             if (it == producer.end()) {
-                if (initializers.count(in) == 0 && !is_graph_input(in))
+                if (initializers.count(in) == 0 && !is_graph_input(in) && !outer_scope.count(in))
                     fail(TESS_STATUS_INVALID_MODEL, "node {} reads '{}', which no node, input or initializer provides",
                          nodes[i].label(), in);
                 continue;

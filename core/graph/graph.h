@@ -24,6 +24,8 @@ struct TypeInfo {
     std::vector<std::string> dim_params;    // "" where the dim has no symbolic name
 };
 
+struct Graph;
+
 struct Node {
     std::string name;
     std::string op_type;
@@ -31,7 +33,14 @@ struct Node {
     std::vector<std::string> inputs;
     std::vector<std::string> outputs;
     std::vector<onnx::AttributeProto> attributes;
+    // Bodies of GRAPH/GRAPHS attributes (If, Loop, Scan, ...), in attribute order; a GRAPHS attribute appears once
+    // per graph under the same name.
+    std::vector<std::pair<std::string, std::shared_ptr<Graph>>> subgraphs;
+    // Values of enclosing scopes that the bodies read: real dependencies of this node.
+    std::vector<std::string> implicit_inputs;
 
+    // Every value the node depends on: its inputs (without omitted ones) and implicit inputs.
+    std::vector<std::string> reads() const;
     const onnx::AttributeProto* attribute(const std::string& attr_name) const;
     std::string label() const;  // "name (op_type)" for messages
 };
@@ -47,6 +56,8 @@ struct Graph {
     // override, so they are not treated as constants.
     std::unordered_map<std::string, SharedValue> initializers;
     std::map<std::string, int64_t> opsets;  // domain ("" = ai.onnx) -> version
+    // For subgraphs: names defined by enclosing graphs, which this graph may read.
+    std::unordered_set<std::string> outer_scope;
 
     bool is_constant(const std::string& value) const;
     bool is_graph_input(const std::string& value) const;
@@ -58,6 +69,8 @@ struct Graph {
     void sort_topologically();
     // Index of the node producing each value.
     std::unordered_map<std::string, size_t> producers() const;
+    // Values read by the nodes (implicit inputs included) that this graph does not define itself.
+    std::vector<std::string> free_values() const;
     // How many times each value is read by nodes (graph outputs count once more).
     std::unordered_map<std::string, size_t> use_counts() const;
 };

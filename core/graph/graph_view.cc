@@ -13,6 +13,12 @@ template <typename T> const T* GraphViewBuilder::keep(std::vector<T> items) {
     return stored->data();
 }
 
+const TypeInfo* GraphViewBuilder::find_type(const std::string& name) const {
+    auto it = graph_.types.find(name);
+    if (it != graph_.types.end()) return &it->second;
+    return parent_ != nullptr ? parent_->find_type(name) : nullptr;
+}
+
 const TessValueView* GraphViewBuilder::value(const std::string& name) {
     if (name.empty()) return nullptr;
     auto it = values_.find(name);
@@ -21,13 +27,12 @@ const TessValueView* GraphViewBuilder::value(const std::string& name) {
     view.struct_size = sizeof(TessValueView);
     view.name = strings_.emplace_back(name).c_str();
     view.rank = -1;
-    auto type = graph_.types.find(name);
-    if (type != graph_.types.end()) {
-        view.kind = type->second.kind;
-        view.element_type = type->second.element_type;
-        if (type->second.has_shape) {
-            view.rank = static_cast<int64_t>(type->second.dims.size());
-            view.dims = keep(type->second.dims);
+    if (const TypeInfo* type = find_type(name)) {
+        view.kind = type->kind;
+        view.element_type = type->element_type;
+        if (type->has_shape) {
+            view.rank = static_cast<int64_t>(type->dims.size());
+            view.dims = keep(type->dims);
         }
     }
     if (graph_.is_constant(name)) {
@@ -91,14 +96,37 @@ const TessAttributeView* GraphViewBuilder::attribute(const onnx::AttributeProto&
             break;
         }
         case onnx::AttributeProto::GRAPH:
-        case onnx::AttributeProto::GRAPHS:
-            // Subgraph views are not built yet: providers see the attribute with a NULL graph and decline.
-            view.count = static_cast<size_t>(attr.graphs_size());
+        case onnx::AttributeProto::GRAPHS: {
+            std::vector<const TessGraphView*> bodies;
+            for (const auto& [attr_name, body] : node.subgraphs)
+                if (attr_name == attr.name()) bodies.push_back(children_.emplace_back(*body, this).build_body());
+            if (attr.type() == onnx::AttributeProto::GRAPH) {
+                view.graph = bodies.empty() ? nullptr : bodies[0];
+            } else {
+                view.count = bodies.size();
+                view.graphs = keep(std::move(bodies));
+            }
             break;
+        }
         default:
             break;
     }
     return &attribute_store_.emplace_back(view);
+}
+
+const TessGraphView* GraphViewBuilder::build_body() {
+    std::vector<size_t> all(graph_.nodes.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    std::vector<std::string> outputs = graph_.outputs;
+    const TessGraphView* view = build(all, &outputs);
+    // A body's inputs are its formal parameters, in order, whether or not a node reads them.
+    std::vector<const TessValueView*> formal;
+    for (const auto& name : graph_.inputs) formal.push_back(value(name));
+    TessGraphView body = *view;
+    body.input_count = formal.size();
+    body.inputs = keep(std::move(formal));
+    input_names_ = graph_.inputs;
+    return &graph_store_.emplace_back(body);
 }
 
 const TessGraphView* GraphViewBuilder::build(const std::vector<size_t>& node_indices,
@@ -123,11 +151,14 @@ const TessGraphView* GraphViewBuilder::build(const std::vector<size_t>& node_ind
         view.domain = strings_.emplace_back(node.domain).c_str();
         view.opset = graph_.opset_of(node.domain);
         std::vector<const TessValueView*> ins, outs;
-        for (const auto& in : node.inputs) {
-            ins.push_back(value(in));
-            if (!in.empty() && !produced.count(in) && !graph_.is_constant(in) && seen_inputs.insert(in).second)
+        for (const auto& in : node.inputs) ins.push_back(value(in));
+        for (const auto& in : node.reads())
+            if (!produced.count(in) && !graph_.is_constant(in) && seen_inputs.insert(in).second)
                 input_names_.push_back(in);
-        }
+        std::vector<const TessValueView*> implicit;
+        for (const auto& in : node.implicit_inputs) implicit.push_back(value(in));
+        view.implicit_input_count = implicit.size();
+        view.implicit_inputs = keep(std::move(implicit));
         for (const auto& out : node.outputs) outs.push_back(value(out));
         std::vector<const TessAttributeView*> attrs;
         for (const auto& attr : node.attributes) attrs.push_back(attribute(attr, node));
@@ -146,7 +177,7 @@ const TessGraphView* GraphViewBuilder::build(const std::vector<size_t>& node_ind
         std::unordered_set<std::string> used_outside;
         for (size_t i = 0; i < graph_.nodes.size(); ++i) {
             if (members.count(i)) continue;
-            for (const auto& in : graph_.nodes[i].inputs) used_outside.insert(in);
+            for (const auto& in : graph_.nodes[i].reads()) used_outside.insert(in);
         }
         for (size_t i : node_indices)
             for (const auto& out : graph_.nodes[i].outputs)

@@ -15,7 +15,8 @@ namespace tessera {
 
 class GraphViewBuilder {
 public:
-    explicit GraphViewBuilder(const Graph& graph) : graph_(graph) {}
+    explicit GraphViewBuilder(const Graph& graph, const GraphViewBuilder* parent = nullptr)
+        : graph_(graph), parent_(parent) {}
     GraphViewBuilder(const GraphViewBuilder&) = delete;
     GraphViewBuilder& operator=(const GraphViewBuilder&) = delete;
 
@@ -25,16 +26,22 @@ public:
     const TessGraphView* build(const std::vector<size_t>& node_indices,
                                const std::vector<std::string>* outputs = nullptr);
 
+    // The whole graph as a subgraph body: formal inputs and outputs in declaration order.
+    const TessGraphView* build_body();
+
     // The inputs and outputs of the last build, by name, in view order.
     const std::vector<std::string>& input_names() const { return input_names_; }
     const std::vector<std::string>& output_names() const { return output_names_; }
 
 private:
     const TessValueView* value(const std::string& name);
+    const TypeInfo* find_type(const std::string& name) const;  // this graph, then enclosing ones
     const TessAttributeView* attribute(const onnx::AttributeProto& attr, const Node& node);
     template <typename T> const T* keep(std::vector<T> items);
 
     const Graph& graph_;
+    const GraphViewBuilder* parent_;
+    std::deque<GraphViewBuilder> children_;  // builders of subgraph views
     std::unordered_map<std::string, const TessValueView*> values_;
     std::deque<TessValueView> value_store_;
     std::deque<TessAttributeView> attribute_store_;

@@ -45,25 +45,28 @@ void merge_type(Graph& graph, const onnx::ValueInfoProto& info) {
     }
 }
 
-Graph build_graph(const onnx::ModelProto& model, const ExternalDataPolicy& policy) {
-    const onnx::GraphProto& g = model.graph();
+// What a graph being built inherits from the model and from its enclosing graphs.
+struct Scope {
+    const std::map<std::string, int64_t>* opsets;
+    int64_t ir_version;
+    const ExternalDataPolicy* policy;
+    std::unordered_set<std::string> outer;  // names defined by enclosing graphs
+    bool is_subgraph;
+};
+
+Graph build_graph(const onnx::GraphProto& g, const Scope& scope) {
     Graph graph;
     graph.name = g.name();
-    graph.ir_version = model.ir_version();
-
-    for (const auto& opset : model.opset_import()) {
-        if (opset.version() < 1)
-            fail(TESS_STATUS_INVALID_MODEL, "opset import for domain '{}' has invalid version {}", opset.domain(),
-                 opset.version());
-        graph.opsets[normalize_domain(opset.domain())] = opset.version();
-    }
-    if (graph.opsets.empty()) fail(TESS_STATUS_INVALID_MODEL, "the model imports no opset");
+    graph.ir_version = scope.ir_version;
+    graph.opsets = *scope.opsets;
+    graph.outer_scope = scope.outer;
 
     for (const auto& init : g.initializer()) {
         if (init.name().empty()) fail(TESS_STATUS_INVALID_MODEL, "an initializer has no name");
         if (graph.initializers.count(init.name()))
             fail(TESS_STATUS_INVALID_MODEL, "initializer '{}' is defined twice", init.name());
-        graph.initializers[init.name()] = tensor_from_proto(init, policy, fmt::format("initializer '{}'", init.name()));
+        graph.initializers[init.name()] =
+            tensor_from_proto(init, *scope.policy, fmt::format("initializer '{}'", init.name()));
         TypeInfo type;
         type.kind = TESS_VALUE_TENSOR;
         type.element_type = init.data_type();
@@ -77,7 +80,8 @@ Graph build_graph(const onnx::ModelProto& model, const ExternalDataPolicy& polic
              g.sparse_initializer(0).values().name());
 
     // IR < 4 lists every initializer among the inputs; such inputs are weights, not caller-overridable inputs.
-    bool initializers_are_constants = model.ir_version() < 4;
+    // A subgraph's inputs are its formal parameters, always supplied by the node that runs it.
+    bool initializers_are_constants = scope.ir_version < 4 && !scope.is_subgraph;
     std::unordered_set<std::string> seen_inputs;
     for (const auto& input : g.input()) {
         if (input.name().empty()) fail(TESS_STATUS_INVALID_MODEL, "a graph input has no name");
@@ -97,6 +101,14 @@ Graph build_graph(const onnx::ModelProto& model, const ExternalDataPolicy& polic
 
     std::unordered_set<std::string> defined(graph.inputs.begin(), graph.inputs.end());
     for (const auto& [name, _] : graph.initializers) defined.insert(name);
+    // Everything a subgraph of this graph may read: the enclosing scopes and every name defined here.
+    Scope inner = scope;
+    inner.is_subgraph = true;
+    inner.outer.insert(defined.begin(), defined.end());
+    for (const auto& node : g.node())
+        for (const auto& out : node.output())
+            if (!out.empty()) inner.outer.insert(out);
+
     graph.nodes.reserve(static_cast<size_t>(g.node_size()));
     for (int i = 0; i < g.node_size(); ++i) {
         const onnx::NodeProto& proto = g.node(i);
@@ -117,19 +129,49 @@ Graph build_graph(const onnx::ModelProto& model, const ExternalDataPolicy& polic
                      out);
         }
         std::unordered_set<std::string> attr_names;
+        std::unordered_set<std::string> implicit;
         for (const auto& attr : proto.attribute()) {
             if (attr.name().empty()) fail(TESS_STATUS_INVALID_MODEL, "node {} has an attribute without a name", node.label());
             if (!attr_names.insert(attr.name()).second)
                 fail(TESS_STATUS_INVALID_MODEL, "node {} has attribute '{}' twice", node.label(), attr.name());
+            std::vector<const onnx::GraphProto*> bodies;
+            if (attr.type() == onnx::AttributeProto::GRAPH) bodies.push_back(&attr.g());
+            if (attr.type() == onnx::AttributeProto::GRAPHS)
+                for (const auto& body : attr.graphs()) bodies.push_back(&body);
+            for (const onnx::GraphProto* body : bodies) {
+                std::shared_ptr<Graph> sub;
+                try {
+                    sub = std::make_shared<Graph>(build_graph(*body, inner));
+                } catch (const Error& e) {
+                    throw Error(e.code(), fmt::format("in subgraph '{}' of node {}: {}", attr.name(), node.label(),
+                                                      e.what()));
+                }
+                for (const auto& name : sub->free_values())
+                    if (implicit.insert(name).second) node.implicit_inputs.push_back(name);
+                node.subgraphs.emplace_back(attr.name(), std::move(sub));
+            }
             node.attributes.push_back(attr);
         }
         graph.nodes.push_back(std::move(node));
     }
     graph.sort_topologically();
     for (const auto& out : graph.outputs)
-        if (defined.count(out) == 0)
+        if (defined.count(out) == 0 && !scope.outer.count(out))
             fail(TESS_STATUS_INVALID_MODEL, "graph output '{}' is not produced by any node, input or initializer", out);
     return graph;
+}
+
+Graph build_model_graph(const onnx::ModelProto& model, const ExternalDataPolicy& policy) {
+    std::map<std::string, int64_t> opsets;
+    for (const auto& opset : model.opset_import()) {
+        if (opset.version() < 1)
+            fail(TESS_STATUS_INVALID_MODEL, "opset import for domain '{}' has invalid version {}", opset.domain(),
+                 opset.version());
+        opsets[normalize_domain(opset.domain())] = opset.version();
+    }
+    if (opsets.empty()) fail(TESS_STATUS_INVALID_MODEL, "the model imports no opset");
+    Scope scope{&opsets, model.ir_version(), &policy, {}, false};
+    return build_graph(model.graph(), scope);
 }
 
 LoadedModel load(onnx::ModelProto& model, std::optional<fs::path> base_dir) {
@@ -143,7 +185,8 @@ LoadedModel load(onnx::ModelProto& model, std::optional<fs::path> base_dir) {
     LoadedModel loaded;
     loaded.ir_version = model.ir_version();
     loaded.producer = model.producer_name();
-    loaded.graph = build_graph(model, ExternalDataPolicy{std::move(base_dir)});
+    ExternalDataPolicy policy{std::move(base_dir)};
+    loaded.graph = build_model_graph(model, policy);
     return loaded;
 }
 

@@ -22,8 +22,8 @@ public:
             if (used) continue;
             dead[k] = true;
             changed = true;
-            for (const auto& in : node.inputs)
-                if (!in.empty() && uses[in] > 0) --uses[in];
+            for (const auto& in : node.reads())
+                if (uses[in] > 0) --uses[in];
         }
         if (!changed) return false;
         std::vector<Node> kept;

@@ -1,4 +1,6 @@
 // Removes Identity nodes and inference-mode Dropout: their consumers read the input directly.
+#include <unordered_set>
+
 #include "optimizer/optimizer.h"
 
 namespace tessera {
@@ -26,6 +28,9 @@ public:
     bool run(Graph& graph, const PassContext&) const override {
         bool changed = false;
         auto uses = graph.use_counts();
+        // Subgraph bodies read outer values by name: those names must survive.
+        std::unordered_set<std::string> read_by_bodies;
+        for (const auto& node : graph.nodes) read_by_bodies.insert(node.implicit_inputs.begin(), node.implicit_inputs.end());
         std::vector<Node> kept;
         kept.reserve(graph.nodes.size());
         for (auto& node : graph.nodes) {
@@ -34,7 +39,7 @@ public:
                              (node.op_type == "Identity" ||
                               (node.op_type == "Dropout" && is_inference_dropout(graph, node, uses)));
             // A graph output keeps its name, so the node producing it stays.
-            if (removable && !graph.is_graph_output(node.outputs[0])) {
+            if (removable && !graph.is_graph_output(node.outputs[0]) && !read_by_bodies.count(node.outputs[0])) {
                 auto type = graph.types.find(node.outputs[0]);
                 if (type != graph.types.end() && !graph.types.count(node.inputs[0]))
                     graph.types[node.inputs[0]] = type->second;

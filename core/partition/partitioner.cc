@@ -53,7 +53,7 @@ std::vector<PartitionGroup> group_nodes(const Graph& graph, const std::vector<si
 
     for (size_t n = 0; n < graph.nodes.size(); ++n) {
         std::vector<size_t> pred_groups;
-        for (const auto& in : graph.nodes[n].inputs) {
+        for (const auto& in : graph.nodes[n].reads()) {
             auto it = producer.find(in);
             if (it == producer.end()) continue;
             size_t g = group_of[it->second];

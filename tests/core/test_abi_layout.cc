@@ -54,7 +54,8 @@ static_assert(sizeof(TessAttributeView) == 120);
 static_assert(offsetof(TessNodeView, index) == 8);
 static_assert(offsetof(TessNodeView, opset) == 40);
 static_assert(offsetof(TessNodeView, attributes) == 88);
-static_assert(sizeof(TessNodeView) == 96);
+static_assert(offsetof(TessNodeView, implicit_inputs) == 104);
+static_assert(sizeof(TessNodeView) == 112);
 
 static_assert(offsetof(TessGraphView, nodes) == 24);
 static_assert(offsetof(TessGraphView, opset_versions) == 80);

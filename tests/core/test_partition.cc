@@ -78,7 +78,9 @@ TEST(Partition, SplitsBetweenProvidersAndCopiesAtBoundaries) {
         (std::string(p.provider) == "partial" ? partial_nodes : cpu_nodes) += p.node_count;
         copies += p.copy_count;
         for (size_t n = 0; n < p.node_count; ++n) {
-            if (std::string(p.node_ops[n]) == "Sigmoid") EXPECT_STREQ(p.provider, "cpu");
+            if (std::string(p.node_ops[n]) == "Sigmoid") {
+                EXPECT_STREQ(p.provider, "cpu");
+            }
         }
     }
     EXPECT_EQ(partial_nodes, 3u);

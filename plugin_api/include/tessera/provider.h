@@ -95,8 +95,15 @@ typedef struct TessNodeView {
     const TessValueView* const* outputs;  /* NULL entries for omitted optional outputs */
     size_t attribute_count;
     const TessAttributeView* const* attributes;
+    /* Values of the enclosing graph that this node's subgraphs (If, Loop, Scan bodies) read by name.  The provider
+     * receives them like inputs: a compiled graph's inputs include them, and a subgraph view lists them neither as
+     * inputs nor as constants. */
+    size_t implicit_input_count;
+    const TessValueView* const* implicit_inputs;
 } TessNodeView;
 
+/* A graph or a subgraph.  For a subgraph (an attribute's body) the inputs are its formal parameters in order, and
+ * values it reads from enclosing graphs appear only as node inputs (see TessNodeView.implicit_inputs). */
 struct TessGraphView {
     size_t struct_size;
     const char* name;
