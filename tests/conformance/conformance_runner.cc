@@ -7,6 +7,10 @@
 // Outputs are compared with onnx's rule (onnx_io::compare_values): rtol 1e-3 and atol 1e-7 unless the case's
 // data.json says otherwise, rtol 2e-3 for light_densenet121.
 //
+// With --via-cli TESSERA, each data set runs as `TESSERA run MODEL --inputs DATA_SET --outputs TMP` instead (light
+// cases without --inputs: the command generates the same inputs), and the output files it writes are read with the
+// graph's output types and compared the same way (cli_case.cc).
+//
 // Each case runs in a forked child so that a crash or a hang is one failed case, not a dead runner.  Known failures
 // (a text file of case names) are expected to fail: they count as "xfail", and one that passes is listed so that the
 // file can shrink.  The exit status is 0 when no case failed unexpectedly.
@@ -31,17 +35,12 @@
 #include <string>
 #include <vector>
 
+#include "conformance.h"
 #include "onnx_io.h"
 
 #ifndef TESSERA_DEFAULT_BACKEND_DATA
 #define TESSERA_DEFAULT_BACKEND_DATA "../shared/onnx-backend-data"
 #endif
-#ifndef TESSERA_DEFAULT_KNOWN_FAILURES
-#define TESSERA_DEFAULT_KNOWN_FAILURES "tests/conformance/known_failures.txt"
-#endif
-
-namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 namespace tessera::conformance {
 namespace {
@@ -67,40 +66,9 @@ constexpr const char* kHelp =
     "  --timeout SECONDS      per case (default 60)\n"
     "  --coverage             print a per-operator table of the node suite\n"
     "  --verbose              one line per case, and the runtime's log on stderr\n"
-    "  --no-fork              run cases in this process (for a debugger; a crash ends the run)\n";
-
-struct Options {
-    std::string data_dir;
-    std::set<std::string> suites;
-    std::optional<std::regex> filter;
-    std::string known_failures_path = TESSERA_DEFAULT_KNOWN_FAILURES;
-    bool known_failures_explicit = false;
-    std::vector<std::string> providers;
-    bool strict = false;
-    int threads = -1;
-    std::string plugin_path;
-    int jobs = 1;
-    int timeout_s = 60;
-    bool coverage = false;
-    bool verbose = false;
-    bool fork = true;
-};
-
-struct Case {
-    std::string suite;
-    std::string name;
-    fs::path model;
-    std::vector<fs::path> data_sets;  // test_data_set_* folders; empty for light cases
-    fs::path light_output;            // light cases: the expected output_0
-    onnx_io::Tolerance tolerance;
-    std::set<std::string> ops;        // node suite: the operators of the case (see print_summary)
-    std::string skip_reason;
-    std::optional<std::string> known_failure;  // the reason given in the known-failures file
-
-    std::string id() const { return suite + "/" + name; }
-};
-
-enum class Outcome { Pass, LoadError, SessionError, RunError, Mismatch, Crash, Timeout, Skip };
+    "  --no-fork              run cases in this process (for a debugger; a crash ends the run)\n"
+    "  --via-cli PATH         run each data set with `PATH run MODEL --inputs DIR --outputs TMP` (the tessera\n"
+    "                         command) instead of in-process, and compare the output files it writes\n";
 
 const char* outcome_label(Outcome o) {
     switch (o) {
@@ -115,13 +83,6 @@ const char* outcome_label(Outcome o) {
     }
     return "?";
 }
-
-struct Result {
-    Outcome outcome = Outcome::Pass;
-    bool session_created = false;
-    std::string message;
-    double seconds = 0;
-};
 
 [[noreturn]] void usage_error(const std::string& message) {
     std::fprintf(stderr, "tessera_conformance: error: %s (try --help)\n", message.c_str());
@@ -202,6 +163,8 @@ Options parse_options(int argc, char** argv) {
             o.verbose = true;
         } else if (arg == "--no-fork") {
             o.fork = false;
+        } else if (takes_value("--via-cli")) {
+            o.via_cli = value;
         } else {
             usage_error("unknown argument '" + arg + "'");
         }
@@ -216,6 +179,10 @@ Options parse_options(int argc, char** argv) {
         }
     }
     if (o.suites.empty()) usage_error("--suite names no suite");
+    // The child execs it with execvp: a bare name is looked up on PATH, anything else must be an executable file.
+    if (!o.via_cli.empty() && o.via_cli.find('/') != std::string::npos &&
+        (!fs::is_regular_file(o.via_cli) || access(o.via_cli.c_str(), X_OK) != 0))
+        usage_error("--via-cli '" + o.via_cli + "' is not an executable file");
     return o;
 }
 
@@ -335,11 +302,12 @@ std::vector<std::string> apply_known_failures(const Options& o, std::vector<Case
     return unused;
 }
 
-// ---- Running one case ------------------------------------------------------------------------------------------
+}  // namespace
+
+// ---- Data sets and comparison, shared with cli_case.cc ---------------------------------------------------------
 
 std::string status_text(const Error& e) { return std::string("[") + e.code_name() + "] " + e.what(); }
 
-// The files input_0.pb, input_1.pb, ... (or output_) of a data set, in order, stopping at the first gap.
 std::vector<fs::path> numbered_files(const fs::path& dir, const char* prefix) {
     std::vector<fs::path> files;
     for (size_t k = 0;; ++k) {
@@ -348,6 +316,46 @@ std::vector<fs::path> numbered_files(const fs::path& dir, const char* prefix) {
         files.push_back(std::move(p));
     }
 }
+
+DataSetFiles data_set_files(const fs::path& data_set, size_t graph_inputs, size_t graph_outputs) {
+    DataSetFiles files{numbered_files(data_set, "input_"), numbered_files(data_set, "output_")};
+    if (files.inputs.size() > graph_inputs)
+        throw Error(TESS_STATUS_INVALID_ARGUMENT, std::to_string(files.inputs.size()) + " input files for " +
+                                                      std::to_string(graph_inputs) + " graph inputs");
+    if (files.outputs.size() > graph_outputs)
+        throw Error(TESS_STATUS_INVALID_ARGUMENT, std::to_string(files.outputs.size()) + " output files for " +
+                                                      std::to_string(graph_outputs) + " graph outputs");
+    return files;
+}
+
+std::vector<Value> load_expected(const Case& c, const std::vector<ValueInfo>& outputs, const DataSetFiles* files) {
+    std::vector<Value> expected;
+    if (files == nullptr) {  // light case
+        if (outputs.empty()) throw Error(TESS_STATUS_INVALID_MODEL, "the model has no outputs");
+        expected.push_back(onnx_io::load_value(c.light_output.string(), outputs[0]));
+    } else {
+        for (size_t k = 0; k < files->outputs.size(); ++k)
+            expected.push_back(onnx_io::load_value(files->outputs[k].string(), outputs[k]));
+    }
+    return expected;
+}
+
+std::string compare_outputs(const Case& c, const std::vector<Value>& actual, const std::vector<Value>& expected,
+                            const std::vector<ValueInfo>& outputs, Outcome& stage) {
+    if (actual.size() != expected.size())
+        throw Error(TESS_STATUS_INTERNAL, "run returned " + std::to_string(actual.size()) + " outputs for " +
+                                              std::to_string(expected.size()) + " requested");
+    stage = Outcome::Mismatch;
+    for (size_t k = 0; k < expected.size(); ++k) {
+        const std::string why = onnx_io::compare_values(actual[k], expected[k], c.tolerance);
+        if (!why.empty()) return "output " + std::to_string(k) + " '" + outputs[k].name + "': " + why;
+    }
+    return "";
+}
+
+namespace {
+
+// ---- Running one case in-process -------------------------------------------------------------------------------
 
 // Runs one data set (or the light case's generated one) on an open session.  Throws Error for load and run errors;
 // returns the mismatch description, "" when every output matches.
@@ -362,38 +370,21 @@ std::string run_data_set(const Case& c, Session& session, const std::vector<Valu
             feeds.push_back(onnx_io::light_input(info));
             input_names.push_back(info.name);
         }
-        if (outputs.empty()) throw Error(TESS_STATUS_INVALID_MODEL, "the model has no outputs");
-        expected.push_back(onnx_io::load_value(c.light_output.string(), outputs[0]));
+        expected = load_expected(c, outputs, nullptr);
     } else {
-        const std::vector<fs::path> input_files = numbered_files(*data_set, "input_");
-        const std::vector<fs::path> output_files = numbered_files(*data_set, "output_");
-        if (input_files.size() > inputs.size())
-            throw Error(TESS_STATUS_INVALID_ARGUMENT, std::to_string(input_files.size()) + " input files for " +
-                                                          std::to_string(inputs.size()) + " graph inputs");
-        if (output_files.size() > outputs.size())
-            throw Error(TESS_STATUS_INVALID_ARGUMENT, std::to_string(output_files.size()) + " output files for " +
-                                                          std::to_string(outputs.size()) + " graph outputs");
-        for (size_t k = 0; k < input_files.size(); ++k) {
-            feeds.push_back(onnx_io::load_value(input_files[k].string(), inputs[k]));
+        const DataSetFiles files = data_set_files(*data_set, inputs.size(), outputs.size());
+        for (size_t k = 0; k < files.inputs.size(); ++k) {
+            feeds.push_back(onnx_io::load_value(files.inputs[k].string(), inputs[k]));
             input_names.push_back(inputs[k].name);
         }
-        for (size_t k = 0; k < output_files.size(); ++k)
-            expected.push_back(onnx_io::load_value(output_files[k].string(), outputs[k]));
+        expected = load_expected(c, outputs, &files);
     }
     std::vector<std::string> output_names;
     for (size_t k = 0; k < expected.size(); ++k) output_names.push_back(outputs[k].name);
 
     stage = Outcome::RunError;
     const std::vector<Value> actual = session.run(input_names, feeds, output_names);
-    if (actual.size() != expected.size())
-        throw Error(TESS_STATUS_INTERNAL, "run returned " + std::to_string(actual.size()) + " outputs for " +
-                                              std::to_string(expected.size()) + " requested");
-    stage = Outcome::Mismatch;
-    for (size_t k = 0; k < expected.size(); ++k) {
-        const std::string why = onnx_io::compare_values(actual[k], expected[k], c.tolerance);
-        if (!why.empty()) return "output " + std::to_string(k) + " '" + output_names[k] + "': " + why;
-    }
-    return "";
+    return compare_outputs(c, actual, expected, outputs, stage);
 }
 
 // `session_ready` is called once the session exists, so that a later crash still counts the case as loaded.
@@ -485,14 +476,25 @@ struct Child {
     int fd;  // -1 once the child closed its end
     std::string output;
     Clock::time_point start;
+    fs::path temp_dir;  // --via-cli: the case's output folder, removed once the child is reaped
 };
+
+// Runs the case in this process, or through the command line with --via-cli (outputs under `temp_dir`, killed at
+// the case's timeout).
+template <typename OnSession>
+Result run_one(const Case& c, const Options& o, const fs::path& temp_dir, OnSession&& session_ready) {
+    if (o.via_cli.empty()) return run_case(c, o, session_ready);
+    return run_case_via_cli(c, o, temp_dir, Clock::now() + std::chrono::seconds(o.timeout_s));
+}
 
 Child spawn(size_t case_index, const Case& c, const Options& o) {
     int fds[2];
-    if (pipe(fds) != 0) {
+    // Close-on-exec, so that a `tessera run` the child starts does not hold the write end open.
+    if (pipe2(fds, O_CLOEXEC) != 0) {
         std::perror("tessera_conformance: pipe");
         std::exit(1);
     }
+    const fs::path temp_dir = o.via_cli.empty() ? fs::path() : make_temp_dir();
     std::fflush(stdout);
     std::fflush(stderr);
     const pid_t pid = fork();
@@ -502,13 +504,13 @@ Child spawn(size_t case_index, const Case& c, const Options& o) {
     }
     if (pid == 0) {
         close(fds[0]);
-        const Result r = run_case(c, o, [fd = fds[1]] { write_all(fd, kSessionMarker); });
+        const Result r = run_one(c, o, temp_dir, [fd = fds[1]] { write_all(fd, kSessionMarker); });
         write_all(fds[1], encode(r));  // the session and env are released by now
         _exit(0);  // skip static destructors: the parent owns everything else
     }
     close(fds[1]);
     fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-    return Child{case_index, pid, fds[0], "", Clock::now()};
+    return Child{case_index, pid, fds[0], "", Clock::now(), temp_dir};
 }
 
 void drain(Child& child) {
@@ -552,7 +554,8 @@ template <typename Report>
 void run_all(const std::vector<Case>& cases, const Options& o, Report&& report) {
     std::vector<Child> running;
     size_t next = 0;
-    const auto timeout = std::chrono::seconds(o.timeout_s);
+    // A --via-cli child kills its own `tessera run` at the timeout and reports it; the grace lets it do so.
+    const auto timeout = std::chrono::seconds(o.timeout_s + (o.via_cli.empty() ? 0 : 5));
     while (next < cases.size() || !running.empty()) {
         while (running.size() < static_cast<size_t>(o.jobs) && next < cases.size()) {
             const Case& c = cases[next];
@@ -562,7 +565,9 @@ void run_all(const std::vector<Case>& cases, const Options& o, Report&& report) 
             }
             if (!o.fork) {
                 const auto start = Clock::now();
-                Result r = run_case(c, o, [] {});
+                const fs::path temp_dir = o.via_cli.empty() ? fs::path() : make_temp_dir();
+                Result r = run_one(c, o, temp_dir, [] {});
+                if (!temp_dir.empty()) remove_temp_dir(temp_dir);
                 r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
                 report(next++, r);
                 continue;
@@ -599,6 +604,7 @@ void run_all(const std::vector<Case>& cases, const Options& o, Report&& report) 
                 continue;
             }
             r.seconds = std::chrono::duration<double>(Clock::now() - child.start).count();
+            if (!child.temp_dir.empty()) remove_temp_dir(child.temp_dir);
             const size_t index = child.case_index;
             running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
             report(index, r);
