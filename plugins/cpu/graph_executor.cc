@@ -21,34 +21,58 @@ void* aligned_buffer(size_t bytes) {
     return p;
 }
 
-void check(TessStatus* status, const std::string& what) {
-    if (status == nullptr) return;
-    std::string message = what + ": " + host().status_message(status);
-    host().status_release(status);
-    throw KernelError(message);
-}
-
-// A host copy of a constant that the compiled graph owns (views die after compile).
-TessValue* copy_constant(const TessValue* source) {
-    const TessHostApi& h = host();
-    if (h.value_kind(source) != TESS_VALUE_TENSOR) throw KernelError("non-tensor constants are not supported");
-    int32_t type = h.value_element_type(source);
-    TessValue* copy = nullptr;
-    check(h.value_create_tensor(type, h.tensor_dims(source), h.tensor_rank(source), &copy), "copy constant");
-    if (type == TESS_ELEMENT_STRING) {
-        for (size_t i = 0; i < h.tensor_element_count(source); ++i) {
-            const char* data = nullptr;
-            size_t len = 0;
-            check(h.tensor_get_string(source, i, &data, &len), "copy constant");
-            check(h.tensor_set_string(copy, i, data, len), "copy constant");
-        }
-    } else if (size_t bytes = h.tensor_byte_size(source); bytes > 0) {
-        std::memcpy(h.tensor_data(copy), h.tensor_const_data(source), bytes);
-    }
-    return copy;
-}
+void check(TessStatus* status, const std::string& what) { check_status(status, what); }
 
 }  // namespace
+
+Binding bind_value(const TessValue* value) {
+    Binding b;
+    if (value == nullptr) return b;
+    b.present = true;
+    b.value = value;
+    if (host().value_kind(value) == TESS_VALUE_TENSOR) b.tensor = tensor_of(value);
+    else b.tensor = Tensor{host().value_element_type(value), {}, nullptr, const_cast<TessValue*>(value)};
+    return b;
+}
+
+OwnedOutputs::~OwnedOutputs() {
+    for (void* p : buffers_) std::free(p);
+    for (TessValue* v : values_)
+        if (v != nullptr) host().value_release(v);
+}
+
+Tensor OwnedOutputs::allocate(size_t index, int32_t type, const Shape& shape) {
+    Binding& b = bindings_.at(index);
+    b = Binding{};
+    b.present = true;
+    if (type == TESS_ELEMENT_STRING) {
+        TessValue* v = nullptr;
+        check(host().value_create_tensor(type, shape.data(), shape.size(), &v), "subgraph output");
+        values_.push_back(v);
+        b.value = v;
+        b.tensor = tensor_of(v);
+        return b.tensor;
+    }
+    void* data = aligned_buffer(element_bytes(type, static_cast<size_t>(shape_size(shape))));
+    buffers_.push_back(data);
+    b.tensor = Tensor{type, shape, data, nullptr};
+    return b.tensor;
+}
+
+void OwnedOutputs::set(size_t index, TessValue* value) {
+    values_.push_back(value);
+    bindings_.at(index) = bind_value(value);
+}
+
+TessValue* OwnedOutputs::release_value(size_t index) {
+    const TessValue* v = bindings_.at(index).value;
+    for (auto& owned : values_)
+        if (owned == v) {
+            owned = nullptr;
+            return const_cast<TessValue*>(v);
+        }
+    return nullptr;
+}
 
 // Offsets of the intermediate buffers in one arena, for one set of input shapes.
 struct MemoryPlan {
@@ -98,8 +122,8 @@ struct Workspace {
 class StepContext final : public KernelContext {
 public:
     StepContext(const CompiledGraph& graph, const CompiledGraph::Step& step, int step_index, Workspace& ws,
-                TessComputeContext* core, const MemoryPlan* plan)
-        : graph_(graph), step_(step), step_index_(step_index), ws_(ws), core_(core), plan_(plan) {}
+                OutputSink& sink, ThreadPool& pool, const MemoryPlan* plan)
+        : graph_(graph), step_(step), step_index_(step_index), ws_(ws), sink_(sink), pool_(pool), plan_(plan) {}
 
     size_t input_count() const override { return step_.inputs.size(); }
     bool has_input(size_t i) const override {
@@ -116,7 +140,7 @@ public:
     bool output_wanted(size_t i) const override {
         if (i >= step_.outputs.size()) return false;
         const auto& info = graph_.values_[step_.outputs[i]];
-        return info.last_use >= 0 || info.graph_output >= 0;
+        return info.last_use >= 0 || info.output >= 0;
     }
 
     Tensor& output(size_t i, int32_t type, const Shape& shape) override {
@@ -125,15 +149,11 @@ public:
         t = Tensor{type, shape, nullptr, nullptr};
         ws_.present[id] = true;
         const auto& info = graph_.values_[id];
-        if (info.graph_output >= 0) {
-            // Partition outputs are allocated by the core with our allocator: no copy afterwards.
-            TessValue* v = nullptr;
-            check(host().compute_allocate_output(core_, static_cast<size_t>(info.graph_output), type, shape.data(),
-                                                 shape.size(), &v),
-                  step_.label);
-            t.data = host().tensor_data(v);
-            t.value = v;
-            ws_.values[id] = v;
+        if (info.output >= 0) {
+            // Graph outputs go straight to their destination (for partitions: the core's allocation made with our
+            // allocator), so nothing is copied afterwards.
+            t = sink_.allocate(static_cast<size_t>(info.output), type, shape);
+            ws_.values[id] = t.value;
             return t;
         }
         if (type == TESS_ELEMENT_STRING) {
@@ -168,18 +188,8 @@ public:
         const Tensor& source = input(input_index);
         int id = output_id(i);
         const auto& info = graph_.values_[id];
-        if (info.graph_output >= 0 || source.type == TESS_ELEMENT_STRING) {
-            Tensor& t = output(i, source.type, shape);
-            if (source.type == TESS_ELEMENT_STRING) {
-                for (int64_t k = 0; k < source.size(); ++k) {
-                    const char* data = nullptr;
-                    size_t len = 0;
-                    check(host().tensor_get_string(source.value, static_cast<size_t>(k), &data, &len), step_.label);
-                    check(host().tensor_set_string(t.value, static_cast<size_t>(k), data, len), step_.label);
-                }
-            } else if (size_t bytes = source.byte_size(); bytes > 0) {
-                std::memcpy(t.data, source.data, bytes);
-            }
+        if (info.output >= 0 || source.type == TESS_ELEMENT_STRING) {
+            copy_tensor(source, output(i, source.type, shape));
             return;
         }
         Tensor& t = ws_.tensors[id];
@@ -192,9 +202,9 @@ public:
         int id = output_id(i);
         const auto& info = graph_.values_[id];
         ws_.present[id] = true;
-        if (info.graph_output >= 0) {
-            check(host().compute_set_output(core_, static_cast<size_t>(info.graph_output), value), step_.label);
-            ws_.values[id] = value;  // owned by the core now, alive until the run ends
+        if (info.output >= 0) {
+            sink_.set(static_cast<size_t>(info.output), value);
+            ws_.values[id] = value;  // owned by the sink now, alive until the run ends
         } else {
             ws_.owned.push_back(value);
             ws_.values[id] = value;
@@ -203,7 +213,7 @@ public:
         else ws_.tensors[id] = Tensor{host().value_element_type(value), {}, nullptr, value};
     }
 
-    ThreadPool& pool() const override { return graph_.pool_; }
+    ThreadPool& pool() const override { return pool_; }
     const TessHostApi& host() const override { return cpu::host(); }
 
 private:
@@ -219,7 +229,7 @@ private:
         int source = step_.inputs[0];
         int root = ws_.root[source];
         if (root < 0) return false;  // a partition input or constant: not ours to overwrite
-        if (graph_.values_[source].graph_output >= 0) return false;
+        if (graph_.values_[source].output >= 0) return false;
         if (ws_.buffer_last_use[root] != step_index_) return false;
         for (size_t k = 1; k < step_.inputs.size(); ++k)
             if (step_.inputs[k] >= 0 && ws_.root[step_.inputs[k]] == root) return false;  // read again by this step
@@ -236,24 +246,24 @@ private:
     const CompiledGraph::Step& step_;
     int step_index_;
     Workspace& ws_;
-    TessComputeContext* core_;
+    OutputSink& sink_;
+    ThreadPool& pool_;
     const MemoryPlan* plan_;
 };
 
-CompiledGraph::CompiledGraph(const TessGraphView& view, const KernelRegistry& registry, ThreadPool& pool)
-    : pool_(pool) {
+CompiledGraph::CompiledGraph(const TessGraphView& view, const KernelRegistry& registry) {
     std::unordered_map<std::string, int> ids;
     auto intern = [&](const TessValueView* v) -> int {
-        if (v == nullptr) return -1;
         auto [it, inserted] = ids.emplace(v->name, static_cast<int>(values_.size()));
         if (inserted) {
             values_.push_back(ValueInfo{});
             values_.back().name = v->name;
-            if (v->constant != nullptr) values_.back().constant = copy_constant(v->constant);
+            if (v->constant != nullptr) values_.back().constant = clone_value(v->constant);
         }
         return it->second;
     };
-    for (size_t i = 0; i < view.input_count; ++i) values_[intern(view.inputs[i])].graph_input = static_cast<int>(i);
+    input_count_ = view.input_count;
+    for (size_t i = 0; i < view.input_count; ++i) values_[intern(view.inputs[i])].input = static_cast<int>(i);
 
     for (size_t n = 0; n < view.node_count; ++n) {
         const TessNodeView& node = *view.nodes[n];
@@ -263,16 +273,21 @@ CompiledGraph::CompiledGraph(const TessGraphView& view, const KernelRegistry& re
         Step step;
         step.label = std::string(node.op_type) + (node.name[0] ? std::string(" '") + node.name + "'" : std::string());
         step.memory = def->memory;
-        for (size_t i = 0; i < node.input_count; ++i) {
-            int id = intern(node.inputs[i]);
-            if (id >= 0) {
-                const ValueInfo& info = values_[id];
-                if (info.producer < 0 && info.graph_input < 0 && info.constant == nullptr)
-                    throw KernelError(step.label + " reads '" + info.name + "', which the partition does not provide");
-                values_[id].last_use = static_cast<int>(n);
+        auto read = [&](const TessValueView* v) {
+            if (v == nullptr) return -1;
+            int id = intern(v);
+            ValueInfo& info = values_[id];
+            if (info.producer < 0 && info.input < 0 && info.constant == nullptr) {
+                // Defined by an enclosing graph: bound by the node that runs this body.
+                info.input = static_cast<int>(input_count_ + outer_names_.size());
+                outer_names_.push_back(info.name);
             }
-            step.inputs.push_back(id);
-        }
+            info.last_use = static_cast<int>(n);
+            return id;
+        };
+        for (size_t i = 0; i < node.input_count; ++i) step.inputs.push_back(read(node.inputs[i]));
+        if (TESS_HAS_FIELD(&node, TessNodeView, implicit_inputs))
+            for (size_t i = 0; i < node.implicit_input_count; ++i) step.inputs.push_back(read(node.implicit_inputs[i]));
         for (size_t o = 0; o < node.output_count; ++o) {
             int id = -1;
             if (node.outputs[o] != nullptr) {
@@ -295,7 +310,12 @@ CompiledGraph::CompiledGraph(const TessGraphView& view, const KernelRegistry& re
     }
     for (size_t o = 0; o < view.output_count; ++o) {
         int id = intern(view.outputs[o]);
-        values_[id].graph_output = static_cast<int>(o);
+        ValueInfo& info = values_[id];
+        if (info.producer < 0 && info.input < 0 && info.constant == nullptr) {
+            info.input = static_cast<int>(input_count_ + outer_names_.size());
+            outer_names_.push_back(info.name);
+        }
+        if (info.output < 0) info.output = static_cast<int>(o);
         output_ids_.push_back(id);
     }
 }
@@ -324,18 +344,15 @@ void CompiledGraph::release(std::unique_ptr<Workspace> ws) const {
     free_workspaces_.push_back(std::move(ws));
 }
 
-std::string CompiledGraph::signature(TessComputeContext* context) const {
+std::string CompiledGraph::signature(const std::vector<Binding>& inputs) {
     std::string sig;
-    const TessHostApi& h = host();
-    for (size_t i = 0; i < h.compute_input_count(context); ++i) {
-        const TessValue* v = h.compute_input(context, i);
-        if (v == nullptr || h.value_kind(v) != TESS_VALUE_TENSOR) {
-            sig += v == nullptr ? "-;" : "v;";
+    for (const Binding& b : inputs) {
+        if (!b.present || (b.value != nullptr && host().value_kind(b.value) != TESS_VALUE_TENSOR)) {
+            sig += b.present ? "v;" : "-;";
             continue;
         }
-        sig += std::to_string(h.value_element_type(v));
-        const int64_t* dims = h.tensor_dims(v);
-        for (size_t d = 0; d < h.tensor_rank(v); ++d) sig += "," + std::to_string(dims[d]);
+        sig += std::to_string(b.tensor.type);
+        for (int64_t d : b.tensor.shape) sig += "," + std::to_string(d);
         sig += ";";
     }
     return sig;
@@ -384,8 +401,10 @@ std::shared_ptr<MemoryPlan> build_plan(const Workspace& ws, const std::vector<in
 
 }  // namespace
 
-void CompiledGraph::run(TessComputeContext* context) const {
-    const TessHostApi& h = host();
+void CompiledGraph::run(const std::vector<Binding>& inputs, OutputSink& outputs, ThreadPool& pool) const {
+    if (inputs.size() != input_count_ + outer_names_.size())
+        throw KernelError("graph run with " + std::to_string(inputs.size()) + " inputs, expected " +
+                          std::to_string(input_count_ + outer_names_.size()));
     std::unique_ptr<Workspace> ws = acquire();
     struct Releaser {
         const CompiledGraph* graph;
@@ -396,17 +415,16 @@ void CompiledGraph::run(TessComputeContext* context) const {
     ws->reset(values_.size());
     for (size_t id = 0; id < values_.size(); ++id) {
         const ValueInfo& info = values_[id];
-        const TessValue* v = nullptr;
-        if (info.constant != nullptr) v = info.constant;
-        else if (info.graph_input >= 0) v = h.compute_input(context, static_cast<size_t>(info.graph_input));
-        if (v == nullptr) continue;
-        ws->values[id] = const_cast<TessValue*>(v);
+        Binding b;
+        if (info.constant != nullptr) b = bind_value(info.constant);
+        else if (info.input >= 0) b = inputs[static_cast<size_t>(info.input)];
+        if (!b.present) continue;
+        ws->values[id] = const_cast<TessValue*>(b.value);
         ws->present[id] = true;
-        if (h.value_kind(v) == TESS_VALUE_TENSOR) ws->tensors[id] = tensor_of(v);
-        else ws->tensors[id] = Tensor{h.value_element_type(v), {}, nullptr, const_cast<TessValue*>(v)};
+        ws->tensors[id] = b.tensor;
     }
 
-    std::string sig = signature(context);
+    std::string sig = signature(inputs);
     std::shared_ptr<const MemoryPlan> plan;
     {
         std::lock_guard lock(mutex_);
@@ -423,16 +441,29 @@ void CompiledGraph::run(TessComputeContext* context) const {
 
     for (size_t s = 0; s < steps_.size(); ++s) {
         const Step& step = steps_[s];
-        StepContext ctx(*this, step, static_cast<int>(s), *ws, context, plan.get());
+        StepContext ctx(*this, step, static_cast<int>(s), *ws, outputs, pool, plan.get());
         try {
             step.kernel->compute(ctx);
         } catch (const KernelError& e) {
             throw KernelError(step.label + ": " + e.what());
         }
     }
-    for (size_t o = 0; o < output_ids_.size(); ++o)
-        if (!ws->present[output_ids_[o]])
-            throw KernelError("output '" + values_[output_ids_[o]].name + "' was not produced");
+
+    // Outputs no step wrote through the sink (inputs, constants, repeated names) are copied there now.
+    for (size_t o = 0; o < output_ids_.size(); ++o) {
+        int id = output_ids_[o];
+        const ValueInfo& info = values_[id];
+        if (!ws->present[id]) throw KernelError("output '" + info.name + "' was not produced");
+        if (info.producer >= 0 && info.output == static_cast<int>(o)) continue;
+        const Tensor& source = ws->tensors[id];
+        const TessValue* value = ws->values[id];
+        if (value != nullptr && host().value_kind(value) != TESS_VALUE_TENSOR) {
+            outputs.set(o, clone_value(value));
+            continue;
+        }
+        Tensor t = outputs.allocate(o, source.type, source.shape);
+        copy_tensor(source, t);
+    }
 
     if (!plan) {
         std::vector<int> producer(values_.size());
@@ -441,6 +472,17 @@ void CompiledGraph::run(TessComputeContext* context) const {
         std::lock_guard lock(mutex_);
         plans_.emplace(sig, std::move(recorded));
     }
+}
+
+namespace {
+const KernelRegistry* g_subgraph_registry = nullptr;
+}
+
+void set_subgraph_registry(const KernelRegistry* registry) { g_subgraph_registry = registry; }
+
+std::unique_ptr<CompiledGraph> compile_subgraph(const TessGraphView& body) {
+    if (g_subgraph_registry == nullptr) throw KernelError("no kernel registry for subgraphs");
+    return std::make_unique<CompiledGraph>(body, *g_subgraph_registry);
 }
 
 }  // namespace tessera::cpu

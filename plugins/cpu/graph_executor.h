@@ -1,6 +1,7 @@
-// CPU provider: a compiled fused subgraph.  Kernels are created once (attributes parsed, weights prepacked); each
-// run executes them in topological order.  Intermediate tensors live in one arena laid out by a liveness-based
-// plan, recorded on the first run for each set of input shapes, so steady-state runs allocate nothing.
+// CPU provider: a compiled graph (a fused partition, or a subgraph body of If/Loop/Scan).  Kernels are created once
+// (attributes parsed, weights prepacked); each run executes them in topological order.  Intermediate tensors live in
+// one arena laid out by a liveness-based plan, recorded on the first run for each set of input shapes, so
+// steady-state runs allocate nothing.
 #pragma once
 
 #include <map>
@@ -16,44 +17,95 @@ namespace tessera::cpu {
 struct MemoryPlan;
 struct Workspace;
 
+// One input of a run: a tensor view, a non-tensor value, or absent.
+struct Binding {
+    bool present = false;
+    Tensor tensor;                    // tensors (value may be NULL for internal tensors)
+    const TessValue* value = nullptr; // the backing value, when there is one
+};
+
+Binding bind_value(const TessValue* value);  // absent for NULL
+
+// Where a run's outputs go.
+class OutputSink {
+public:
+    virtual ~OutputSink() = default;
+    // Memory for output i; the returned tensor stays valid until the sink is destroyed or handed on.
+    virtual Tensor allocate(size_t index, int32_t type, const Shape& shape) = 0;
+    // Takes ownership of a complete value (sequence, optional, or tensor).
+    virtual void set(size_t index, TessValue* value) = 0;
+};
+
+// A sink that owns its outputs: what subgraph bodies write into.
+class OwnedOutputs final : public OutputSink {
+public:
+    explicit OwnedOutputs(size_t count) : bindings_(count) {}
+    ~OwnedOutputs() override;
+    OwnedOutputs(const OwnedOutputs&) = delete;
+    OwnedOutputs& operator=(const OwnedOutputs&) = delete;
+
+    Tensor allocate(size_t index, int32_t type, const Shape& shape) override;
+    void set(size_t index, TessValue* value) override;
+    const Binding& operator[](size_t index) const { return bindings_.at(index); }
+    size_t size() const { return bindings_.size(); }
+    // Gives up ownership of a value output (the caller releases it or hands it on).
+    TessValue* release_value(size_t index);
+
+private:
+    std::vector<Binding> bindings_;
+    std::vector<void*> buffers_;
+    std::vector<TessValue*> values_;
+};
+
 class CompiledGraph {
 public:
-    CompiledGraph(const TessGraphView& view, const KernelRegistry& registry, ThreadPool& pool);
+    CompiledGraph(const TessGraphView& view, const KernelRegistry& registry);
     ~CompiledGraph();
 
-    void run(TessComputeContext* context) const;
+    // Inputs: the view's inputs in order, then the values named by outer_names().
+    void run(const std::vector<Binding>& inputs, OutputSink& outputs, ThreadPool& pool) const;
+
+    size_t input_count() const { return input_count_; }
+    size_t output_count() const { return output_ids_.size(); }
+    // Values the graph reads from enclosing graphs (subgraph bodies only).
+    const std::vector<std::string>& outer_names() const { return outer_names_; }
 
 private:
     friend class StepContext;
 
     struct ValueInfo {
         std::string name;
-        int producer = -1;          // step index; -1 for graph inputs and constants
+        int producer = -1;          // step index; -1 for inputs and constants
         int last_use = -1;          // last step reading it
-        int graph_input = -1;       // index among the partition's inputs
-        int graph_output = -1;      // index among the partition's outputs
+        int input = -1;             // index among the run's inputs
+        int output = -1;            // first index among the outputs
         TessValue* constant = nullptr;  // our own copy (host value)
     };
     struct Step {
         std::unique_ptr<Kernel> kernel;
         KernelMemory memory = KernelMemory::Normal;
-        std::vector<int> inputs;   // value ids; -1 for omitted
-        std::vector<int> outputs;  // value ids; -1 for omitted
+        std::vector<int> inputs;   // value ids; -1 for omitted; implicit inputs follow the node's inputs
+        std::vector<int> outputs;  // value ids
         std::string label;
     };
 
     std::unique_ptr<Workspace> acquire() const;
     void release(std::unique_ptr<Workspace> ws) const;
-    std::string signature(TessComputeContext* context) const;
+    static std::string signature(const std::vector<Binding>& inputs);
 
     std::vector<ValueInfo> values_;
     std::vector<Step> steps_;
     std::vector<int> output_ids_;
-    ThreadPool& pool_;
+    size_t input_count_ = 0;
+    std::vector<std::string> outer_names_;
 
     mutable std::mutex mutex_;
     mutable std::vector<std::unique_ptr<Workspace>> free_workspaces_;
     mutable std::map<std::string, std::shared_ptr<const MemoryPlan>> plans_;
 };
+
+// Compiles a subgraph body with the provider's kernel registry (for control-flow kernels).
+std::unique_ptr<CompiledGraph> compile_subgraph(const TessGraphView& body);
+void set_subgraph_registry(const KernelRegistry* registry);
 
 }  // namespace tessera::cpu

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "kernel.h"
 
@@ -18,5 +19,12 @@ const char* element_type_name(int32_t type);
 
 // A kernel view of a host TessValue tensor.
 Tensor tensor_of(const TessValue* value);
+
+// Throws KernelError("what: message") for a non-NULL status (and releases it).
+void check_status(TessStatus* status, const std::string& what);
+// A deep host copy of a tensor, sequence or optional, owned by the caller (release with host().value_release).
+TessValue* clone_value(const TessValue* value);
+// Copies the elements of `source` into `target` (same type and element count; strings included).
+void copy_tensor(const Tensor& source, const Tensor& target);
 
 }  // namespace tessera::cpu

@@ -14,9 +14,11 @@ int64_t shape_size(const Shape& shape) {
 }
 
 std::string shape_string(const Shape& shape) {
-    std::string s = "[";
-    for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-    return s + "]";
+    std::ostringstream out;
+    out << '[';
+    for (size_t i = 0; i < shape.size(); ++i) out << (i ? "," : "") << shape[i];
+    out << ']';
+    return out.str();
 }
 
 size_t Tensor::byte_size() const { return element_bytes(type, static_cast<size_t>(size())); }

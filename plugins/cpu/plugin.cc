@@ -55,7 +55,29 @@ struct TessProviderInstance {
 
 struct TessCompiled {
     std::unique_ptr<CompiledGraph> graph;
+    ThreadPool* pool = nullptr;  // the session's, owned by the instance
 };
+
+namespace {
+
+// Partition outputs are allocated by the core with this provider's allocator, so kernels write them in place.
+class CoreOutputs final : public OutputSink {
+public:
+    explicit CoreOutputs(TessComputeContext* context) : context_(context) {}
+    Tensor allocate(size_t index, int32_t type, const Shape& shape) override {
+        TessValue* v = nullptr;
+        check_status(host().compute_allocate_output(context_, index, type, shape.data(), shape.size(), &v), "output");
+        return tensor_of(v);
+    }
+    void set(size_t index, TessValue* value) override {
+        check_status(host().compute_set_output(context_, index, value), "output");
+    }
+
+private:
+    TessComputeContext* context_;
+};
+
+}  // namespace
 
 namespace {
 
@@ -84,7 +106,8 @@ TessStatus* get_capability(TessProviderInstance*, const TessGraphView* graph, Te
 TessStatus* compile(TessProviderInstance* instance, const TessGraphView* graph, TessCompiled** out) {
     return guarded([&] {
         auto compiled = std::make_unique<TessCompiled>();
-        compiled->graph = std::make_unique<CompiledGraph>(*graph, plugin().registry, *instance->pool);
+        compiled->graph = std::make_unique<CompiledGraph>(*graph, plugin().registry);
+        compiled->pool = instance->pool.get();
         *out = compiled.release();
     });
 }
@@ -92,7 +115,12 @@ TessStatus* compile(TessProviderInstance* instance, const TessGraphView* graph, 
 void release_compiled(TessCompiled* compiled) { delete compiled; }
 
 TessStatus* compute(TessCompiled* compiled, TessComputeContext* context) {
-    return guarded([&] { compiled->graph->run(context); });
+    return guarded([&] {
+        std::vector<Binding> inputs(host().compute_input_count(context));
+        for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = bind_value(host().compute_input(context, i));
+        CoreOutputs outputs(context);
+        compiled->graph->run(inputs, outputs, *compiled->pool);
+    });
 }
 
 const TessMemoryKind* memory_kind(TessProviderInstance*) { return &kHostMemory; }
@@ -146,6 +174,7 @@ extern "C" TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host_api
     return guarded([&] {
         init_blas_single_threaded();
         if (plugin().registry.size() == 0) register_all_kernels(plugin().registry);
+        set_subgraph_registry(&plugin().registry);
         exports->abi_version = TESS_PLUGIN_ABI_VERSION_MAX < host_api->abi_version_max ? TESS_PLUGIN_ABI_VERSION_MAX
                                                                                       : host_api->abi_version_max;
         exports->name = "tessera-cpu";

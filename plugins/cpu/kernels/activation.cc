@@ -304,7 +304,9 @@ struct Gelu {
     explicit Gelu(const NodeInfo& info) {
         const std::string approximate = info.attr_string("approximate", "none");
         if (approximate == "tanh") tanh_approximation = true;
-        else if (approximate != "none") throw KernelError("Gelu: approximate must be \"none\" or \"tanh\", got \"" + approximate + "\"");
+        else if (approximate != "none") {
+            throw KernelError("Gelu: approximate must be \"none\" or \"tanh\", got \"" + approximate + "\"");
+        }
     }
     template <typename T> T operator()(T x) const {
         if (tanh_approximation) {
@@ -315,7 +317,9 @@ struct Gelu {
         const T z = x * T(0.70710678118654752);
         return x < T(0) ? T(0.5) * x * std::erfc(-z) : T(0.5) * x * (T(1) + std::erf(z));
     }
-    [[gnu::always_inline]] vec::Vf vec(vec::Vf x) const { return tanh_approximation ? vec::gelu_tanh(x) : vec::gelu(x); }
+    [[gnu::always_inline]] vec::Vf vec(vec::Vf x) const {
+        return tanh_approximation ? vec::gelu_tanh(x) : vec::gelu(x);
+    }
 };
 
 // Shrink accepts every numeric type; the comparison and bias happen in double so that unsigned inputs and

@@ -1,9 +1,12 @@
 // CPU provider: Conv and ConvTranspose (float, double), N-d spatial, grouped.
 //
-// Conv runs as im2col + gemm per image and group (the column matrix is skipped for 1x1 unit-stride unpadded
-// kernels, where the image already is the column matrix), with the bias added by the gemm workers while their block
-// is in cache.  Depthwise 2-D convolutions (one input channel per group) run as direct loops, since their per-group
-// products are too thin for gemm.  ConvTranspose runs as gemm (W^T x image) + col2im.
+// Float convolutions on CPUs with AVX2 or AVX-512 run on the packed-filter micro-kernels of util/gemm.h, with the
+// filters packed once when they are constants and the bias as the accumulators' starting value:
+//  - 2-D convolutions read their columns straight from phase planes of the padded image (DirectPlan), no im2col;
+//  - other ranks, and images so small that the direct grid would waste work, build im2col panels (per
+//    cache-sized tile for wide images);
+//  - depthwise 2-D convolutions (one input channel per group) run as per-plane loops over the same phase grid.
+// Doubles, and CPUs without AVX2, use im2col + OpenBLAS gemm.  ConvTranspose runs as gemm (W^T x image) + col2im.
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -17,14 +20,16 @@ namespace tessera::cpu {
 
 namespace {
 
-template <typename T> std::unique_ptr<T[]> uninitialized_buffer(int64_t count) {
+template <typename T>
+std::unique_ptr<T[]> uninitialized_buffer(int64_t count) {
     return std::unique_ptr<T[]>(new T[static_cast<size_t>(std::max<int64_t>(count, 1))]);
 }
 
 std::string dims_string(const std::vector<int64_t>& v) { return shape_string(v); }
 
 // A per-thread scratch buffer of at least `count` elements, reused across calls (tasks on one thread never nest).
-template <typename T> T* thread_scratch(int64_t count) {
+template <typename T>
+T* thread_scratch(int64_t count) {
     thread_local std::vector<T> scratch;
     if (scratch.size() < static_cast<size_t>(count)) scratch.resize(static_cast<size_t>(count));
     return scratch.data();
@@ -61,8 +66,8 @@ protected:
         }
         Shape kernel(W.shape.begin() + 2, W.shape.end());
         if (!attrs_.kernel_shape.empty() && attrs_.kernel_shape != kernel) {
-            throw KernelError(op_ + ": kernel_shape " + dims_string(attrs_.kernel_shape) +
-                              " does not match W " + shape_string(W.shape));
+            throw KernelError(op_ + ": kernel_shape " + dims_string(attrs_.kernel_shape) + " does not match W " +
+                              shape_string(W.shape));
         }
         if (B != nullptr && (B->rank() != 1 || B->shape[0] != bias_size_of_w)) {
             throw KernelError(op_ + ": B " + shape_string(B->shape) + " must be [" + std::to_string(bias_size_of_w) +
@@ -78,42 +83,134 @@ protected:
     std::optional<OwnedTensor> bias_;
 };
 
-// Direct 2-D convolution for one input channel per group (depthwise, possibly with a channel multiplier).
+// 2-D convolutions without im2col.  The zero-padded image is split into SH x SW phase planes,
+// phase (a, b) holding padded rows a, a + SH, ... and columns b, b + SW, ... (for unit strides, just the padded
+// image).  Tap (i, j) of output (oh, ow) then reads phase ((i*DH) % SH, (j*DW) % SW) at row oh + (i*DH) / SH,
+// column ow + (j*DW) / SW, so over the "grid" of outputs n = oh * Wq + ow (Wq = a phase row) the column-matrix
+// row of a tap is its phase plane shifted by a constant: the products read it in place through a table of row
+// offsets.  The grid's extra columns per row are wasted work, cut away when copying to Y (no copy when there
+// are none).  Only phases some tap reads are built.
+struct DirectPlan {
+    int64_t Hq = 0, Wq = 0;           // phase plane extent
+    int64_t reach = 0;                // how far the last grid row reads past its plane
+    std::vector<int64_t> phase_slot;  // per phase (a * SW + b): index among the built phases, or -1
+    int64_t phases = 0;               // built phases per channel
+    bool in_place = false;            // the image itself is the only phase (no padding, unit strides)
+};
+
+DirectPlan plan_direct(const WindowGeometry& g) {
+    DirectPlan plan;
+    const int64_t SH = g.strides[0], SW = g.strides[1];
+    const int64_t shift_h = (g.kernel[0] - 1) * g.dilations[0] / SH;
+    const int64_t shift_w = (g.kernel[1] - 1) * g.dilations[1] / SW;
+    plan.Hq = g.output[0] + shift_h;
+    plan.Wq = g.output[1] + shift_w;
+    plan.reach = shift_w;
+    plan.phase_slot.assign(static_cast<size_t>(SH * SW), -1);
+    for (int64_t i = 0; i < g.kernel[0]; ++i) {
+        for (int64_t j = 0; j < g.kernel[1]; ++j) {
+            int64_t& slot = plan.phase_slot[((i * g.dilations[0]) % SH) * SW + (j * g.dilations[1]) % SW];
+            if (slot < 0) slot = plan.phases++;
+        }
+    }
+    plan.in_place = SH == 1 && SW == 1 && g.pads_begin[0] == 0 && g.pads_begin[1] == 0 && plan.Hq == g.input[0] &&
+                    plan.Wq == g.input[1] && shift_w == 0;
+    return plan;
+}
+
+// Worth it unless the grid wastes too much: a row of Wq grid columns holds OW outputs.
+bool direct_pays_off(const WindowGeometry& g) {
+    if (g.rank() != 2) return false;
+    const DirectPlan plan = plan_direct(g);
+    return (plan.Wq - g.output[1]) * 8 <= plan.Wq;
+}
+
+// Phase (a, b) of one [H, W] plane: element (i, j) of the [Hq, Wq] result is padded-image element
+// (i * SH + a, j * SW + b), i.e. source (i * SH + a - top, j * SW + b - left), zero outside the source.
+template <typename T>
+void build_phase(const T* src, const WindowGeometry& g, int64_t a, int64_t b, int64_t Hq, int64_t Wq, T* dst) {
+    const int64_t H = g.input[0], W = g.input[1], SH = g.strides[0], SW = g.strides[1];
+    const int64_t column_offset = b - g.pads_begin[1];
+    // Columns j with 0 <= j * SW + column_offset < W.
+    const TapRange inside = taps_inside(column_offset, Wq, SW, W);
+    for (int64_t i = 0; i < Hq; ++i) {
+        T* row = dst + i * Wq;
+        const int64_t sr = i * SH + a - g.pads_begin[0];
+        if (sr < 0 || sr >= H || inside.first == inside.last) {
+            std::fill(row, row + Wq, T(0));
+            continue;
+        }
+        const T* srow = src + sr * W;
+        std::fill(row, row + inside.first, T(0));
+        if (SW == 1) {
+            std::copy(srow + (inside.first + column_offset), srow + (inside.last + column_offset), row + inside.first);
+        } else {
+            for (int64_t j = inside.first; j < inside.last; ++j) row[j] = srow[j * SW + column_offset];
+        }
+        std::fill(row + inside.last, row + Wq, T(0));
+    }
+}
+
+// Offsets of every (channel, tap) row into the phase planes: channel c's phases start at c * channel_stride.
+std::vector<int64_t> tap_offsets(const DirectPlan& plan, const WindowGeometry& g, int64_t channels,
+                                 int64_t channel_stride) {
+    const int64_t SH = g.strides[0], SW = g.strides[1], DH = g.dilations[0], DW = g.dilations[1];
+    const int64_t plane = plan.Hq * plan.Wq;
+    std::vector<int64_t> offsets;
+    offsets.reserve(static_cast<size_t>(channels * g.kernel_size()));
+    for (int64_t c = 0; c < channels; ++c) {
+        for (int64_t i = 0; i < g.kernel[0]; ++i) {
+            for (int64_t j = 0; j < g.kernel[1]; ++j) {
+                const int64_t slot = plan.phase_slot[((i * DH) % SH) * SW + (j * DW) % SW];
+                offsets.push_back(c * channel_stride + slot * plane + (i * DH / SH) * plan.Wq + j * DW / SW);
+            }
+        }
+    }
+    return offsets;
+}
+
+// Builds the phase planes of one [H, W] image plane into dst (plan.phases planes of Hq x Wq).
+template <typename T>
+void build_phases(const T* src, const WindowGeometry& g, const DirectPlan& plan, T* dst) {
+    const int64_t SH = g.strides[0], SW = g.strides[1], plane = plan.Hq * plan.Wq;
+    for (int64_t a = 0; a < SH; ++a) {
+        for (int64_t b = 0; b < SW; ++b) {
+            const int64_t slot = plan.phase_slot[a * SW + b];
+            if (slot >= 0) build_phase(src, g, a, b, plan.Hq, plan.Wq, dst + slot * plane);
+        }
+    }
+}
+
+// 2-D convolution with one input channel per group (depthwise, possibly with a channel multiplier): per input
+// plane, its phase planes once, then each tap is one long multiply-add over the whole output grid (see DirectPlan),
+// which vectorizes well even for small images; the grid is cropped into Y.
 template <typename T>
 void depthwise_conv2d(ThreadPool& pool, const WindowGeometry& g, const T* x, const T* w, const T* bias, int64_t batch,
                       int64_t in_channels, int64_t out_channels, T* y) {
     const int64_t H = g.input[0], W = g.input[1], OH = g.output[0], OW = g.output[1];
-    const int64_t KH = g.kernel[0], KW = g.kernel[1];
-    const int64_t SH = g.strides[0], SW = g.strides[1], DH = g.dilations[0], DW = g.dilations[1];
-    const int64_t PH = g.pads_begin[0], PW = g.pads_begin[1];
+    const int64_t taps = g.kernel_size();
     const int64_t multiplier = out_channels / in_channels;
-    const int64_t plane_work = std::max<int64_t>(1, OH * OW * KH * KW);
-    pool.parallel_for(batch * out_channels, std::max<int64_t>(1, 65536 / plane_work), [&](int64_t begin,
-                                                                                          int64_t end) {
-        for (int64_t plane = begin; plane < end; ++plane) {
-            const int64_t n = plane / out_channels, oc = plane % out_channels;
-            const T* xp = x + (n * in_channels + oc / multiplier) * H * W;
-            const T* wp = w + oc * KH * KW;
-            T* yp = y + plane * OH * OW;
-            const T b = bias != nullptr ? bias[oc] : T(0);
-            for (int64_t oh = 0; oh < OH; ++oh) {
-                T* yrow = yp + oh * OW;
-                std::fill(yrow, yrow + OW, b);
-                for (int64_t i = 0; i < KH; ++i) {
-                    const int64_t ih = oh * SH - PH + i * DH;
-                    if (ih < 0 || ih >= H) continue;
-                    const T* xrow = xp + ih * W;
-                    for (int64_t j = 0; j < KW; ++j) {
-                        const T wv = wp[i * KW + j];
-                        const int64_t offset = j * DW - PW;
-                        const TapRange r = taps_inside(offset, OW, SW, W);
-                        if (SW == 1) {
-                            for (int64_t ow = r.first; ow < r.last; ++ow) yrow[ow] += wv * xrow[ow + offset];
-                        } else {
-                            for (int64_t ow = r.first; ow < r.last; ++ow) yrow[ow] += wv * xrow[ow * SW + offset];
-                        }
-                    }
+    const DirectPlan plan = plan_direct(g);
+    const int64_t Wq = plan.Wq, phase_size = plan.phases * plan.Hq * plan.Wq, grid_size = OH * Wq;
+    const std::vector<int64_t> offsets = tap_offsets(plan, g, 1, phase_size);
+    const int64_t plane_work = std::max<int64_t>(1, grid_size * taps * multiplier);
+    pool.parallel_for(batch * in_channels, std::max<int64_t>(1, 65536 / plane_work), [&](int64_t first, int64_t last) {
+        T* phases = thread_scratch<T>(phase_size + plan.reach + grid_size);
+        T* grid = phases + phase_size + plan.reach;
+        std::fill(phases + phase_size, phases + phase_size + plan.reach, T(0));
+        for (int64_t plane = first; plane < last; ++plane) {
+            const int64_t n = plane / in_channels, ic = plane % in_channels;
+            build_phases(x + plane * H * W, g, plan, phases);
+            for (int64_t oc = ic * multiplier; oc < (ic + 1) * multiplier; ++oc) {
+                const T* wp = w + oc * taps;
+                std::fill(grid, grid + grid_size, bias != nullptr ? bias[oc] : T(0));
+                for (int64_t t = 0; t < taps; ++t) {
+                    const T wv = wp[t];
+                    const T* src = phases + offsets[t];
+                    for (int64_t i = 0; i < grid_size; ++i) grid[i] += wv * src[i];
                 }
+                T* yp = y + (n * out_channels + oc) * OH * OW;
+                for (int64_t oh = 0; oh < OH; ++oh) std::copy(grid + oh * Wq, grid + oh * Wq + OW, yp + oh * OW);
             }
         }
     });
@@ -121,11 +218,25 @@ void depthwise_conv2d(ThreadPool& pool, const WindowGeometry& g, const T* x, con
 
 class ConvKernel final : public ConvKernelBase {
 public:
-    explicit ConvKernel(const NodeInfo& info) : ConvKernelBase(info) {}
+    explicit ConvKernel(const NodeInfo& info) : ConvKernelBase(info) {
+        // Constant float filters are packed once for the packed-filter products; the plain copy is then dropped
+        // (only its shape is kept for validation).  Depthwise filters stay plain for the direct loops.
+        if (weights_ && weights_->tensor().type == TESS_ELEMENT_FLOAT32 && packed_gemm_supported()) {
+            const Tensor& W = weights_->tensor();
+            const bool depthwise = W.rank() == 4 && group_ > 1 && W.shape[1] == 1;
+            if (W.rank() >= 3 && !depthwise && W.shape[0] % group_ == 0) {
+                const int64_t depth = W.size() / std::max<int64_t>(1, W.shape[0]);
+                packed_filters_ = pack_filters(W.ptr<float>(), W.shape[0], depth);
+                packed_shape_ = W.shape;
+                weights_.reset();
+            }
+        }
+    }
 
     void compute(KernelContext& ctx) const override {
         const Tensor& X = ctx.input(0);
-        const Tensor& W = weights(ctx);
+        const Tensor packed_view{TESS_ELEMENT_FLOAT32, packed_shape_, nullptr, nullptr};
+        const Tensor& W = packed_filters_.empty() ? weights(ctx) : packed_view;
         const Tensor* B = bias(ctx);
         const int64_t M = W.rank() > 0 ? W.shape[0] : 0;
         const Shape kernel = check_inputs(X, W, B, M);
@@ -143,6 +254,19 @@ public:
             const T* bias_data = B != nullptr ? B->ptr<T>() : nullptr;
             if (group_ > 1 && C == group_ && g.rank() == 2) {
                 depthwise_conv2d<T>(ctx.pool(), g, X.ptr<T>(), W.ptr<T>(), bias_data, N, C, M, Y.ptr<T>());
+            } else if constexpr (std::is_same_v<T, float>) {
+                if (!packed_gemm_supported()) {
+                    run_gemm<T>(ctx.pool(), g, X.ptr<T>(), W.ptr<T>(), bias_data, N, C, M, Y.ptr<T>());
+                    return;
+                }
+                std::vector<PackedFilters> packed_now;
+                if (packed_filters_.empty()) packed_now = pack_filters(W.ptr<float>(), M, W.size() / M);
+                const std::vector<PackedFilters>& filters = packed_filters_.empty() ? packed_now : packed_filters_;
+                if (direct_pays_off(g)) {
+                    run_direct(ctx.pool(), g, X.ptr<float>(), filters, bias_data, N, C, M, Y.ptr<float>());
+                } else {
+                    run_packed(ctx.pool(), g, X.ptr<float>(), filters, bias_data, N, C, M, Y.ptr<float>());
+                }
             } else {
                 run_gemm<T>(ctx.pool(), g, X.ptr<T>(), W.ptr<T>(), bias_data, N, C, M, Y.ptr<T>());
             }
@@ -150,6 +274,164 @@ public:
     }
 
 private:
+    // One set of packed panels per group; W is [M, C / group, kernel...].
+    std::vector<PackedFilters> pack_filters(const float* w, int64_t M, int64_t depth) const {
+        const int64_t Mg = M / group_;
+        std::vector<PackedFilters> packed;
+        for (int64_t grp = 0; grp < group_; ++grp) packed.emplace_back(w + grp * Mg * depth, Mg, depth, depth);
+        return packed;
+    }
+
+    // 2-D float convolutions without im2col (see DirectPlan): the products read the phase planes in place through
+    // a table of row offsets, one per (channel, tap).  The grid's extra columns per row are wasted work, cut away
+    // when copying to Y (no copy when there are none).
+    void run_direct(ThreadPool& pool, const WindowGeometry& g, const float* x,
+                    const std::vector<PackedFilters>& filters, const float* bias, int64_t N, int64_t C, int64_t M,
+                    float* y) const {
+        const int64_t Cg = C / group_, Mg = M / group_;
+        const int64_t H = g.input[0], W = g.input[1], OH = g.output[0], OW = g.output[1];
+        const int64_t KH = g.kernel[0], KW = g.kernel[1];
+        const DirectPlan plan = plan_direct(g);
+        const int64_t Hq = plan.Hq, Wq = plan.Wq, plane = Hq * Wq, grid_size = OH * Wq;
+        const int64_t channel_stride = plan.in_place ? H * W : plan.phases * plane;
+        const bool cropped = Wq != OW;
+
+        const std::vector<int64_t> offsets = tap_offsets(plan, g, Cg, channel_stride);
+        std::unique_ptr<float[]> phase_buffer, grid_buffer;
+        if (!plan.in_place) phase_buffer = uninitialized_buffer<float>(Cg * channel_stride + plan.reach);
+        if (cropped) grid_buffer = uninitialized_buffer<float>(Mg * grid_size);
+
+        const int64_t width = packed_gemm_panel_width();
+        const int64_t filter_panels = filters.empty() ? 0 : filters[0].panels();
+        const int64_t column_panels = (grid_size + width - 1) / width;
+        const Grid grid = split_grid(pool.size(), Mg * grid_size * std::max<int64_t>(Cg * KH * KW, 1), filter_panels,
+                                     column_panels, width);
+        for (int64_t n = 0; n < N; ++n) {
+            for (int64_t grp = 0; grp < group_; ++grp) {
+                const float* image = x + (n * C + grp * Cg) * H * W;
+                if (!plan.in_place) {
+                    float* dst = phase_buffer.get();
+                    pool.parallel_for(Cg, std::max<int64_t>(1, 16384 / channel_stride),
+                                      [&](int64_t first, int64_t last) {
+                                          for (int64_t c = first; c < last; ++c) {
+                                              build_phases(image + c * H * W, g, plan, dst + c * channel_stride);
+                                          }
+                                      });
+                    std::fill(dst + Cg * channel_stride, dst + Cg * channel_stride + plan.reach, 0.0f);
+                    image = dst;
+                }
+                float* out = y + (n * M + grp * Mg) * OH * OW;
+                float* target = cropped ? grid_buffer.get() : out;
+                const float* group_bias = bias != nullptr ? bias + grp * Mg : nullptr;
+                pool.parallel_for(grid.row_blocks * grid.col_blocks, 1, [&](int64_t first, int64_t last) {
+                    for (int64_t t = first; t < last; ++t) {
+                        const int64_t p0 = (t / grid.col_blocks) * grid.panels_per_block;
+                        const int64_t n0 = (t % grid.col_blocks) * grid.column_panels_per_block * width;
+                        const int64_t n1 = std::min(grid_size, n0 + grid.column_panels_per_block * width);
+                        packed_gemm_rows(filters[grp], p0, p0 + grid.panels_per_block, image + n0, offsets.data(),
+                                         n1 - n0, group_bias, target + n0, grid_size);
+                    }
+                });
+                if (cropped) {
+                    const float* from = grid_buffer.get();
+                    pool.parallel_for(Mg, std::max<int64_t>(1, 16384 / grid_size), [&](int64_t first, int64_t last) {
+                        for (int64_t m = first; m < last; ++m) {
+                            for (int64_t oh = 0; oh < OH; ++oh) {
+                                const float* src = from + m * grid_size + oh * Wq;
+                                std::copy(src, src + OW, out + (m * OH + oh) * OW);
+                            }
+                        }
+                    });
+                }
+            }
+        }
+    }
+
+    // Float convolutions on CPUs with the packed-filter micro-kernels: im2col writes straight into the panel layout
+    // the micro-kernel reads, and the bias is the accumulators' starting value.
+    void run_packed(ThreadPool& pool, const WindowGeometry& g, const float* x,
+                    const std::vector<PackedFilters>& filters, const float* bias, int64_t N, int64_t C, int64_t M,
+                    float* y) const {
+        const int64_t Cg = C / group_, Mg = M / group_;
+        const int64_t in_size = g.input_size(), out_size = g.output_size();
+        const int64_t depth = Cg * g.kernel_size();
+        const int64_t width = packed_gemm_panel_width();
+        if (out_size >= kTiledMinWidthPerFilter * Mg) {
+            // Wide images: tasks are (image, group, tile of output positions); each builds its tile's columns in
+            // its own cache-sized buffer and multiplies them right away.
+            const int64_t per_thread = (out_size + pool.size() - 1) / pool.size();
+            const int64_t tile =
+                std::clamp<int64_t>((per_thread + width - 1) / width * width, width, std::max(kMaxTileWidth, width));
+            const int64_t tiles = (out_size + tile - 1) / tile;
+            pool.parallel_for(N * group_ * tiles, 1, [&](int64_t first, int64_t last) {
+                float* columns = thread_scratch<float>(depth * tile);
+                for (int64_t task = first; task < last; ++task) {
+                    const int64_t t = task % tiles, image_group = task / tiles;
+                    const int64_t n = image_group / group_, grp = image_group % group_;
+                    const int64_t c0 = t * tile, c1 = std::min(out_size, c0 + tile);
+                    im2col_tile(g, x + (n * C + grp * Cg) * in_size, Cg, c0, c1, columns, width);
+                    packed_gemm(filters[grp], 0, filters[grp].panels(), columns, c1 - c0,
+                                bias != nullptr ? bias + grp * Mg : nullptr, y + (n * M + grp * Mg) * out_size + c0,
+                                out_size);
+                }
+            });
+            return;
+        }
+        // Small images with many filters: the whole column matrix once, then a grid of (filter panels x column
+        // panels) blocks across the pool.
+        const int64_t column_panels = (out_size + width - 1) / width;
+        auto col = uninitialized_buffer<float>(depth * column_panels * width);
+        const int64_t filter_panels = filters.empty() ? 0 : filters[0].panels();
+        const Grid grid =
+            split_grid(pool.size(), Mg * out_size * std::max<int64_t>(depth, 1), filter_panels, column_panels, width);
+        for (int64_t n = 0; n < N; ++n) {
+            for (int64_t grp = 0; grp < group_; ++grp) {
+                im2col_panels(pool, g, x + (n * C + grp * Cg) * in_size, Cg, col.get(), width);
+                float* out = y + (n * M + grp * Mg) * out_size;
+                const float* group_bias = bias != nullptr ? bias + grp * Mg : nullptr;
+                pool.parallel_for(grid.row_blocks * grid.col_blocks, 1, [&](int64_t first, int64_t last) {
+                    for (int64_t t = first; t < last; ++t) {
+                        const int64_t p0 = (t / grid.col_blocks) * grid.panels_per_block;
+                        const int64_t j0 = (t % grid.col_blocks) * grid.column_panels_per_block;
+                        const int64_t n0 = j0 * width;
+                        const int64_t n1 = std::min(out_size, (j0 + grid.column_panels_per_block) * width);
+                        packed_gemm(filters[grp], p0, p0 + grid.panels_per_block, col.get() + j0 * depth * width,
+                                    n1 - n0, group_bias, out + n0, out_size);
+                    }
+                });
+            }
+        }
+    }
+
+    // How a product of `panels` filter panels x `column_panels` column panels splits across `threads` tasks: each
+    // task re-reads its filter panels and its columns, so blocks stay as square as the thread count allows.
+    struct Grid {
+        int64_t row_blocks = 1, col_blocks = 1;
+        int64_t panels_per_block = 1, column_panels_per_block = 1;
+    };
+    static Grid split_grid(int64_t threads, int64_t work, int64_t panels, int64_t column_panels, int64_t width) {
+        Grid best;
+        best.panels_per_block = std::max<int64_t>(panels, 1);
+        best.column_panels_per_block = std::max<int64_t>(column_panels, 1);
+        const int64_t tasks = std::min<int64_t>(threads, std::max<int64_t>(1, work / kWorkPerTask));
+        double best_cost = -1;
+        for (int64_t row_tasks = 1; row_tasks <= tasks; ++row_tasks) {
+            const int64_t col_tasks = std::max<int64_t>(1, tasks / row_tasks);
+            const int64_t p = (panels + row_tasks - 1) / row_tasks;
+            const int64_t q = (column_panels + col_tasks - 1) / col_tasks;
+            const double m = double(p * packed_gemm_panel_rows()), n = double(q * width);
+            const double cost = m * n + 16.0 * (m + n);
+            if (best_cost < 0 || cost < best_cost) {
+                best_cost = cost;
+                best.panels_per_block = std::max<int64_t>(p, 1);
+                best.column_panels_per_block = std::max<int64_t>(q, 1);
+            }
+        }
+        best.row_blocks = (panels + best.panels_per_block - 1) / best.panels_per_block;
+        best.col_blocks = (column_panels + best.column_panels_per_block - 1) / best.column_panels_per_block;
+        return best;
+    }
+
     template <typename T>
     void run_gemm(ThreadPool& pool, const WindowGeometry& g, const T* x, const T* w, const T* bias, int64_t N,
                   int64_t C, int64_t M, T* y) const {
@@ -192,8 +474,8 @@ private:
                         }
                     };
                 }
-                gemm<T>(pool, false, false, Mg, out_size, depth, T(1), w + grp * Mg * depth, depth, columns,
-                        out_size, T(0), out, out_size, epilogue);
+                gemm<T>(pool, false, false, Mg, out_size, depth, T(1), w + grp * Mg * depth, depth, columns, out_size,
+                        T(0), out, out_size, epilogue);
             }
         }
     }
@@ -218,8 +500,8 @@ private:
                 const int64_t c0 = t * tile, c1 = std::min(out_size, c0 + tile), width = c1 - c0;
                 im2col_tile(g, x + (n * C + grp * Cg) * in_size, Cg, c0, c1, columns, width);
                 T* out = y + (n * M + grp * Mg) * out_size;
-                gemm_serial<T>(false, false, Mg, width, depth, T(1), w + grp * Mg * depth, depth, columns, width,
-                               T(0), out + c0, out_size);
+                gemm_serial<T>(false, false, Mg, width, depth, T(1), w + grp * Mg * depth, depth, columns, width, T(0),
+                               out + c0, out_size);
                 add_bias(out, grp, c0, c1);
             }
         });
@@ -229,6 +511,11 @@ private:
     // packed once per tile, dominate and whole products split by filters do better).
     static constexpr int64_t kTiledMinWidthPerFilter = 4;
     static constexpr int64_t kMaxTileWidth = 256;
+    // Multiply-adds below which a product is not split further.
+    static constexpr int64_t kWorkPerTask = int64_t{1} << 18;
+
+    std::vector<PackedFilters> packed_filters_;  // per group, when the filters are constant
+    Shape packed_shape_;                         // W's shape when packed_filters_ holds it
 };
 
 // ConvTranspose.  Output size and padding follow the spec of the registered opset: with output_shape (or

@@ -369,7 +369,9 @@ public:
         for (size_t i = 0; i < n; ++i) {
             if (!ctx.has_input(i)) throw KernelError(name_ + ": input " + std::to_string(i) + " is missing");
             inputs.push_back(&ctx.input(i));
-            if (inputs.back()->type != inputs[0]->type) throw KernelError(name_ + ": inputs have different element types");
+            if (inputs.back()->type != inputs[0]->type) {
+                throw KernelError(name_ + ": inputs have different element types");
+            }
             shapes.push_back(&inputs.back()->shape);
         }
         const Shape out_shape = broadcast_shapes(name_, shapes);
@@ -467,10 +469,15 @@ public:
                 const U* a = px + in[1];
                 const U* b = py + in[2];
                 U* r = po + o;
+                // A bit-mask select: GCC does not vectorize `c ? x : y` with a bool condition and wider elements.
+                auto pick = [](bool c, U x, U y) {
+                    const U mask = static_cast<U>(U(0) - static_cast<U>(c));
+                    return static_cast<U>((x & mask) | (y & static_cast<U>(~mask)));
+                };
                 if (sc && sx && sy) {
-                    for (int64_t k = 0; k < count; ++k) r[k] = pc[k] ? a[k] : b[k];
+                    for (int64_t k = 0; k < count; ++k) r[k] = pick(pc[k], a[k], b[k]);
                 } else {
-                    for (int64_t k = 0; k < count; ++k) r[k] = pc[k * sc] ? a[k * sx] : b[k * sy];
+                    for (int64_t k = 0; k < count; ++k) r[k] = pick(pc[k * sc], a[k * sx], b[k * sy]);
                 }
             });
         };
@@ -545,7 +552,8 @@ void register_elementwise_kernels(KernelRegistry& registry) {
     add(registry, "Min", 1, 0, {{0, numeric16}}, make_factory<VariadicKernel<MinOp, NumericTypes, false>>());
 
     // Comparison (Equal also on bool and, from opset 19, strings).
-    add_binary<EqualOp, NumericBoolTypes>(registry, "Equal", 1, 7, {{0, numeric_bool_string}, {1, numeric_bool_string}});
+    add_binary<EqualOp, NumericBoolTypes>(registry, "Equal", 1, 7,
+                                          {{0, numeric_bool_string}, {1, numeric_bool_string}});
     add_binary<LessOp, NumericTypes>(registry, "Less", 1, 7, {{0, numeric16}, {1, numeric16}});
     add_binary<GreaterOp, NumericTypes>(registry, "Greater", 1, 7, {{0, numeric16}, {1, numeric16}});
     add_binary<LessOrEqualOp, NumericTypes>(registry, "LessOrEqual", 12, 0, {{0, numeric16}, {1, numeric16}});

@@ -11,7 +11,8 @@ namespace {
 const std::vector<int32_t> kGemmTypes{TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT64, TESS_ELEMENT_INT32,
                                       TESS_ELEMENT_INT64,   TESS_ELEMENT_UINT32,  TESS_ELEMENT_UINT64};
 
-template <typename Fn> void dispatch_gemm_type(int32_t type, Fn&& fn) {
+template <typename Fn>
+void dispatch_gemm_type(int32_t type, Fn&& fn) {
     dispatch<float, double, int32_t, int64_t, uint32_t, uint64_t>(type, std::forward<Fn>(fn));
 }
 
@@ -40,15 +41,15 @@ public:
         check_same_type("Gemm", A, B, "B");
         if (C != nullptr) check_same_type("Gemm", A, *C, "C");
         if (A.rank() != 2 || B.rank() != 2) {
-            throw KernelError("Gemm: A and B must be 2-D (A " + shape_string(A.shape) + ", B " +
-                              shape_string(B.shape) + ")");
+            throw KernelError("Gemm: A and B must be 2-D (A " + shape_string(A.shape) + ", B " + shape_string(B.shape) +
+                              ")");
         }
         const int64_t M = trans_a_ ? A.shape[1] : A.shape[0];
         const int64_t K = trans_a_ ? A.shape[0] : A.shape[1];
         const int64_t N = trans_b_ ? B.shape[0] : B.shape[1];
         if ((trans_b_ ? B.shape[1] : B.shape[0]) != K) {
-            throw KernelError("Gemm: inner dimensions differ (A " + shape_string(A.shape) + " transA=" +
-                              std::to_string(trans_a_) + ", B " + shape_string(B.shape) +
+            throw KernelError("Gemm: inner dimensions differ (A " + shape_string(A.shape) +
+                              " transA=" + std::to_string(trans_a_) + ", B " + shape_string(B.shape) +
                               " transB=" + std::to_string(trans_b_) + ")");
         }
         const bool use_c = C != nullptr && beta_ != 0.0f && C->size() > 0;
@@ -77,8 +78,8 @@ public:
                     }
                 };
             }
-            gemm<T>(ctx.pool(), trans_a_, trans_b_, M, N, K, static_cast<T>(alpha_), a, A.shape[1], b, B.shape[1],
-                    T(0), y, N, add_c);
+            gemm<T>(ctx.pool(), trans_a_, trans_b_, M, N, K, static_cast<T>(alpha_), a, A.shape[1], b, B.shape[1], T(0),
+                    y, N, add_c);
         });
     }
 
@@ -126,14 +127,29 @@ public:
 }  // namespace
 
 void register_gemm_kernels(KernelRegistry& registry) {
-    registry.add({"", "Gemm", 1, 8, {{0, types::kFloats}, {1, types::kFloats}, {2, types::kFloats}}, KernelMemory::Normal,
+    registry.add({"",
+                  "Gemm",
+                  1,
+                  8,
+                  {{0, types::kFloats}, {1, types::kFloats}, {2, types::kFloats}},
+                  KernelMemory::Normal,
                   make_factory<GemmKernel>()});
-    registry.add({"", "Gemm", 9, 0, {{0, kGemmTypes}, {1, kGemmTypes}, {2, kGemmTypes}}, KernelMemory::Normal,
+    registry.add({"",
+                  "Gemm",
+                  9,
+                  0,
+                  {{0, kGemmTypes}, {1, kGemmTypes}, {2, kGemmTypes}},
+                  KernelMemory::Normal,
                   make_factory<GemmKernel>()});
-    registry.add({"", "MatMul", 1, 8, {{0, types::kFloats}, {1, types::kFloats}}, KernelMemory::Normal,
+    registry.add({"",
+                  "MatMul",
+                  1,
+                  8,
+                  {{0, types::kFloats}, {1, types::kFloats}},
+                  KernelMemory::Normal,
                   make_factory<MatMulKernel>()});
-    registry.add({"", "MatMul", 9, 0, {{0, kGemmTypes}, {1, kGemmTypes}}, KernelMemory::Normal,
-                  make_factory<MatMulKernel>()});
+    registry.add(
+        {"", "MatMul", 9, 0, {{0, kGemmTypes}, {1, kGemmTypes}}, KernelMemory::Normal, make_factory<MatMulKernel>()});
 }
 
 }  // namespace tessera::cpu

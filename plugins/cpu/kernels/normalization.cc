@@ -33,7 +33,8 @@ struct Moments {
     double variance = 0;
 };
 
-template <typename T> Moments moments(const T* x, int64_t count) {
+template <typename T>
+Moments moments(const T* x, int64_t count) {
     Moments m;
     if (count == 0) return m;
     double sum = 0;
@@ -49,7 +50,8 @@ template <typename T> Moments moments(const T* x, int64_t count) {
 }
 
 // y[i] = x[i] * a + b over one contiguous run.
-template <typename T> void scale_shift(const T* x, T* y, int64_t count, double a, double b) {
+template <typename T>
+void scale_shift(const T* x, T* y, int64_t count, double a, double b) {
     const T ta = static_cast<T>(a), tb = static_cast<T>(b);
     for (int64_t i = 0; i < count; ++i) y[i] = x[i] * ta + tb;
 }
@@ -66,9 +68,9 @@ public:
     explicit BatchNormKernel(const NodeInfo& info)
         : epsilon_(info.attr_float("epsilon", 1e-5f)),
           momentum_(info.attr_float("momentum", 0.9f)),
-          training_(info.opset() >= 14 ? info.attr_int("training_mode", 0) != 0
-                                       : info.has_output(1) || info.has_output(2) || info.has_output(3) ||
-                                             info.has_output(4)) {}
+          training_(info.opset() >= 14
+                        ? info.attr_int("training_mode", 0) != 0
+                        : info.has_output(1) || info.has_output(2) || info.has_output(3) || info.has_output(4)) {}
 
     void compute(KernelContext& ctx) const override {
         const Tensor& X = ctx.input(0);
@@ -175,8 +177,8 @@ public:
         const int64_t N = X.shape[0], C = X.shape[1];
         const int64_t groups = groups_ == 0 ? C : groups_;
         if (groups > 0 && C % groups != 0) {
-            throw KernelError(op_ + ": " + std::to_string(C) + " channels do not split into " +
-                              std::to_string(groups) + " groups");
+            throw KernelError(op_ + ": " + std::to_string(C) + " channels do not split into " + std::to_string(groups) +
+                              " groups");
         }
         const int64_t param_count = per_group_params_ ? groups : C;
         check_channel_input(op_, X, ctx.input(1), "scale", param_count);
@@ -354,7 +356,8 @@ public:
                     }
                     const T* xp = x + p * plane;
                     T* yp = y + p * plane;
-                    for (int64_t i = 0; i < plane; ++i) yp[i] = xp[i] / std::pow(bias + alpha_over_size * squares[i], beta);
+                    for (int64_t i = 0; i < plane; ++i)
+                        yp[i] = xp[i] / std::pow(bias + alpha_over_size * squares[i], beta);
                 }
             });
         });
@@ -437,8 +440,8 @@ private:
 
 void register_normalization_kernels(KernelRegistry& registry) {
     const std::vector<std::pair<size_t, std::vector<int32_t>>> x_float{{0, types::kFloats}};
-    registry.add({"", "BatchNormalization", 1, 0, x_float, KernelMemory::InPlaceInput0,
-                  make_factory<BatchNormKernel>()});
+    registry.add(
+        {"", "BatchNormalization", 1, 0, x_float, KernelMemory::InPlaceInput0, make_factory<BatchNormKernel>()});
     registry.add({"", "InstanceNormalization", 1, 0, x_float, KernelMemory::InPlaceInput0,
                   [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
                       return std::make_unique<GroupedNormKernel>(info, true);

@@ -68,6 +68,9 @@ struct PoolTables {
     std::vector<int64_t> padded_count[3];
     std::vector<int64_t> inner_offset;
     std::vector<TapRange> inner_positions;
+    // Innermost dimension: 1 / (taps inside the input) and 1 / (taps inside the padded input), 0 for none.
+    std::vector<double> inner_inverse_valid, inner_inverse_padded;
+    bool any_empty = false;  // some window lies entirely in the padding
 
     explicit PoolTables(const Pool3& g) {
         for (int d = 0; d < 3; ++d) {
@@ -76,7 +79,13 @@ struct PoolTables {
                 valid[d].push_back(taps_inside(start, g.k[d], g.d[d], g.in[d]));
                 const TapRange padded = taps_inside(start + g.pb[d], g.k[d], g.d[d], g.in[d] + g.pb[d] + g.pe[d]);
                 padded_count[d].push_back(padded.last - padded.first);
+                any_empty = any_empty || valid[d].back().first == valid[d].back().last;
             }
+        }
+        for (int64_t o = 0; o < g.out[2]; ++o) {
+            const int64_t valid_count = valid[2][o].last - valid[2][o].first;
+            inner_inverse_valid.push_back(valid_count > 0 ? 1.0 / double(valid_count) : 0.0);
+            inner_inverse_padded.push_back(padded_count[2][o] > 0 ? 1.0 / double(padded_count[2][o]) : 0.0);
         }
         for (int64_t t = 0; t < g.k[2]; ++t) {
             inner_offset.push_back(t * g.d[2] - g.pb[2]);
@@ -85,13 +94,15 @@ struct PoolTables {
     }
 };
 
-template <typename Acc> Acc lp_term(Acc v, double p) {
+template <typename Acc>
+Acc lp_term(Acc v, double p) {
     if (p == 1.0) return std::abs(v);
     if (p == 2.0) return v * v;
     return static_cast<Acc>(std::pow(std::abs(static_cast<double>(v)), p));
 }
 
-template <typename Acc> Acc lp_root(Acc sum, double p) {
+template <typename Acc>
+Acc lp_root(Acc sum, double p) {
     if (p == 1.0) return sum;
     if (p == 2.0) return std::sqrt(sum);
     return static_cast<Acc>(std::pow(static_cast<double>(sum), 1.0 / p));
@@ -118,7 +129,8 @@ void pool_plane_rows(const Pool3& g, const PoolTables& tables, const PoolOptions
                         const TapRange r = tables.inner_positions[t2];
                         if constexpr (kind == PoolKind::Max) {
                             if (stride == 1) {
-                                for (int64_t i = r.first; i < r.last; ++i) yrow[i] = std::max(yrow[i], xrow[i + offset]);
+                                for (int64_t i = r.first; i < r.last; ++i)
+                                    yrow[i] = std::max(yrow[i], xrow[i + offset]);
                             } else {
                                 for (int64_t i = r.first; i < r.last; ++i) {
                                     yrow[i] = std::max(yrow[i], xrow[i * stride + offset]);
@@ -131,23 +143,39 @@ void pool_plane_rows(const Pool3& g, const PoolTables& tables, const PoolOptions
                                 for (int64_t i = r.first; i < r.last; ++i) yrow[i] += xrow[i * stride + offset];
                             }
                         } else {
-                            for (int64_t i = r.first; i < r.last; ++i) yrow[i] += lp_term(xrow[i * stride + offset], o.p);
+                            for (int64_t i = r.first; i < r.last; ++i)
+                                yrow[i] += lp_term(xrow[i * stride + offset], o.p);
                         }
                     }
                 }
             }
-            // Finalize: empty windows, averages, Lp roots.
+            // Finalize: averages (a product of per-dimension tap counts, since the taps inside form a box), Lp
+            // roots, and 0 for windows entirely in padding.
             const int64_t outer_valid = (r0.last - r0.first) * (r1.last - r1.first);
-            const int64_t outer_padded = tables.padded_count[0][o0] * tables.padded_count[1][o1];
-            for (int64_t i = 0; i < out_row; ++i) {
-                const int64_t valid = outer_valid * (tables.valid[2][i].last - tables.valid[2][i].first);
-                if (valid == 0) {
-                    yrow[i] = T(0);
-                } else if constexpr (kind == PoolKind::Average) {
-                    const int64_t count = o.count_include_pad ? outer_padded * tables.padded_count[2][i] : valid;
-                    yrow[i] /= static_cast<T>(count);
-                } else if constexpr (kind == PoolKind::Lp) {
-                    yrow[i] = lp_root(yrow[i], o.p);
+            if constexpr (kind == PoolKind::Average) {
+                if (o.count_include_pad) {
+                    const double outer = 1.0 / double(tables.padded_count[0][o0] * tables.padded_count[1][o1]);
+                    for (int64_t i = 0; i < out_row; ++i) {
+                        yrow[i] = static_cast<T>(yrow[i] * (outer * tables.inner_inverse_padded[i]));
+                    }
+                    if (outer_valid == 0 || tables.any_empty) {
+                        for (int64_t i = 0; i < out_row; ++i) {
+                            if (outer_valid * (tables.valid[2][i].last - tables.valid[2][i].first) == 0) yrow[i] = T(0);
+                        }
+                    }
+                } else {
+                    const double outer = outer_valid > 0 ? 1.0 / double(outer_valid) : 0.0;
+                    for (int64_t i = 0; i < out_row; ++i) {
+                        yrow[i] = static_cast<T>(yrow[i] * (outer * tables.inner_inverse_valid[i]));
+                    }
+                }
+            } else if (outer_valid == 0 || tables.any_empty || kind == PoolKind::Lp) {
+                for (int64_t i = 0; i < out_row; ++i) {
+                    if (outer_valid * (tables.valid[2][i].last - tables.valid[2][i].first) == 0) {
+                        yrow[i] = T(0);
+                    } else if constexpr (kind == PoolKind::Lp) {
+                        yrow[i] = lp_root(yrow[i], o.p);
+                    }
                 }
             }
         }
@@ -193,8 +221,7 @@ void max_pool_plane_indexed(const Pool3& g, const PoolTables& tables, bool colum
 
 class PoolKernel final : public Kernel {
 public:
-    PoolKernel(const NodeInfo& info, PoolKind kind)
-        : op_(info.op_type()), attrs_(WindowAttributes::parse(info)) {
+    PoolKernel(const NodeInfo& info, PoolKind kind) : op_(info.op_type()), attrs_(WindowAttributes::parse(info)) {
         options_.kind = kind;
         options_.count_include_pad = info.attr_int("count_include_pad", 0) != 0;
         options_.column_major_indices = info.attr_int("storage_order", 0) != 0;
@@ -215,9 +242,9 @@ public:
         const bool want_indices = options_.kind == PoolKind::Max && ctx.output_count() > 1 && ctx.output_wanted(1);
         // Validate the type before allocating anything.
         if (options_.kind == PoolKind::Max) {
-            dispatch<float, double, int8_t, uint8_t>(X.type, [] <typename T>() {});
+            dispatch<float, double, int8_t, uint8_t>(X.type, []<typename T>() {});
         } else {
-            dispatch<float, double>(X.type, [] <typename T>() {});
+            dispatch<float, double>(X.type, []<typename T>() {});
         }
         Tensor& Y = ctx.output(0, X.type, y_shape);
         int64_t* indices = want_indices ? ctx.output(1, TESS_ELEMENT_INT64, y_shape).ptr<int64_t>() : nullptr;
@@ -270,7 +297,7 @@ public:
     void compute(KernelContext& ctx) const override {
         const Tensor& X = ctx.input(0);
         if (X.rank() < 2) throw KernelError(op_ + ": X " + shape_string(X.shape) + " must be [N, C, ...]");
-        dispatch<float, double>(X.type, [] <typename T>() {});
+        dispatch<float, double>(X.type, []<typename T>() {});
         Shape y_shape = X.shape;
         std::fill(y_shape.begin() + 2, y_shape.end(), 1);
         Tensor& Y = ctx.output(0, X.type, y_shape);
@@ -282,13 +309,15 @@ public:
             T* y = Y.ptr<T>();
             ctx.pool().parallel_for(planes, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, plane)),
                                     [&](int64_t first, int64_t last) {
-                for (int64_t p = first; p < last; ++p) y[p] = reduce_plane(x + p * plane, plane);
-            });
+                                        for (int64_t p = first; p < last; ++p)
+                                            y[p] = reduce_plane(x + p * plane, plane);
+                                    });
         });
     }
 
 private:
-    template <typename T> T reduce_plane(const T* x, int64_t count) const {
+    template <typename T>
+    T reduce_plane(const T* x, int64_t count) const {
         if (kind_ == PoolKind::Max) {
             return count == 0 ? T(0) : *std::max_element(x, x + count);
         }
@@ -306,14 +335,15 @@ private:
     double p_;
 };
 
-template <PoolKind kind> KernelFactory pool_factory() {
+template <PoolKind kind>
+KernelFactory pool_factory() {
     return [](const NodeInfo& info) -> std::unique_ptr<Kernel> { return std::make_unique<PoolKernel>(info, kind); };
 }
 
-template <PoolKind kind> KernelFactory global_pool_factory() {
-    return [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
-        return std::make_unique<GlobalPoolKernel>(info, kind);
-    };
+template <PoolKind kind>
+KernelFactory global_pool_factory() {
+    return
+        [](const NodeInfo& info) -> std::unique_ptr<Kernel> { return std::make_unique<GlobalPoolKernel>(info, kind); };
 }
 
 }  // namespace
@@ -323,15 +353,20 @@ void register_pool_kernels(KernelRegistry& registry) {
                                               TESS_ELEMENT_UINT8};
     registry.add({"", "MaxPool", 1, 11, {{0, types::kFloats}}, KernelMemory::Normal, pool_factory<PoolKind::Max>()});
     registry.add({"", "MaxPool", 12, 0, {{0, max_pool_types}}, KernelMemory::Normal, pool_factory<PoolKind::Max>()});
-    registry.add({"", "AveragePool", 1, 0, {{0, types::kFloats}}, KernelMemory::Normal,
-                  pool_factory<PoolKind::Average>()});
+    registry.add(
+        {"", "AveragePool", 1, 0, {{0, types::kFloats}}, KernelMemory::Normal, pool_factory<PoolKind::Average>()});
     registry.add({"", "LpPool", 1, 0, {{0, types::kFloats}}, KernelMemory::Normal, pool_factory<PoolKind::Lp>()});
-    registry.add({"", "GlobalMaxPool", 1, 0, {{0, types::kFloats}}, KernelMemory::Normal,
-                  global_pool_factory<PoolKind::Max>()});
-    registry.add({"", "GlobalAveragePool", 1, 0, {{0, types::kFloats}}, KernelMemory::Normal,
+    registry.add(
+        {"", "GlobalMaxPool", 1, 0, {{0, types::kFloats}}, KernelMemory::Normal, global_pool_factory<PoolKind::Max>()});
+    registry.add({"",
+                  "GlobalAveragePool",
+                  1,
+                  0,
+                  {{0, types::kFloats}},
+                  KernelMemory::Normal,
                   global_pool_factory<PoolKind::Average>()});
-    registry.add({"", "GlobalLpPool", 1, 0, {{0, types::kFloats}}, KernelMemory::Normal,
-                  global_pool_factory<PoolKind::Lp>()});
+    registry.add(
+        {"", "GlobalLpPool", 1, 0, {{0, types::kFloats}}, KernelMemory::Normal, global_pool_factory<PoolKind::Lp>()});
 }
 
 }  // namespace tessera::cpu

@@ -1,7 +1,8 @@
-// CPU provider: tensor sequences (SequenceEmpty, SequenceConstruct, SequenceAt, SequenceInsert, SequenceErase,
-// SequenceLength, SplitToSequence, ConcatFromSequence).  Sequences are host TessValues: inputs are read through the
-// host accessors and belong to the executor, so every tensor that goes into a new sequence is copied; outputs are
-// built with the host's value constructors and handed over with set_output_value.
+// CPU provider: value containers: tensor sequences (SequenceEmpty, SequenceConstruct, SequenceAt, SequenceInsert,
+// SequenceErase, SequenceLength, SplitToSequence, ConcatFromSequence) and optionals (Optional, OptionalHasElement,
+// OptionalGetElement).  Containers are host TessValues: inputs are read through the host accessors and belong to
+// the executor, so every tensor that goes into a new container is copied; outputs are built with the host's value
+// constructors and handed over with set_output_value.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -44,8 +45,8 @@ size_t read_position(const Tensor& tensor, size_t length, bool allow_end, std::s
     const int64_t n = int64_t(length);
     const int64_t limit = allow_end ? n : n - 1;
     if (position < -n || position > limit)
-        throw KernelError(std::string(op) + ": position " + std::to_string(position) + " is out of range for a sequence of " +
-                          std::to_string(length));
+        throw KernelError(std::string(op) + ": position " + std::to_string(position) +
+                          " is out of range for a sequence of " + std::to_string(length));
     if (position < 0) position += n;
     return size_t(position);
 }
@@ -56,7 +57,8 @@ void set_sequence_output(KernelContext& ctx, int32_t element_type, std::vector<O
 
 class SequenceEmptyKernel final : public Kernel {
 public:
-    explicit SequenceEmptyKernel(const NodeInfo& info) : dtype_(int32_t(info.attr_int("dtype", TESS_ELEMENT_FLOAT32))) {}
+    explicit SequenceEmptyKernel(const NodeInfo& info)
+        : dtype_(int32_t(info.attr_int("dtype", TESS_ELEMENT_FLOAT32))) {}
     void compute(KernelContext& ctx) const override { set_sequence_output(ctx, dtype_, {}); }
 
 private:
@@ -155,7 +157,8 @@ public:
             const std::vector<int64_t> values = movement::read_integers(split, "SplitToSequence split");
             if (split.rank() == 0) {
                 if (values[0] <= 0) throw KernelError("SplitToSequence: split must be positive");
-                for (int64_t start = 0; start < dim; start += values[0]) sizes.push_back(std::min(values[0], dim - start));
+                for (int64_t start = 0; start < dim; start += values[0])
+                    sizes.push_back(std::min(values[0], dim - start));
             } else {
                 sizes = values;
                 if (std::any_of(sizes.begin(), sizes.end(), [](int64_t s) { return s < 0; }) ||
@@ -210,15 +213,18 @@ public:
         const size_t axis = normalize_axis("ConcatFromSequence", axis_, first.size() + (new_axis_ ? 1 : 0));
         // With new_axis every item gains a dimension of 1 at `axis` first.
         Shape shape = first;
-        if (new_axis_) shape.insert(shape.begin() + int64_t(axis), 0);
-        else shape[axis] = 0;
+        if (new_axis_)
+            shape.insert(shape.begin() + int64_t(axis), 0);
+        else
+            shape[axis] = 0;
         std::vector<int64_t> extents;
         for (const Tensor& item : items) {
             bool compatible = item.type == items[0].type && item.rank() == first.size();
             for (size_t d = 0; compatible && d < first.size(); ++d)
                 compatible = item.shape[d] == first[d] || (!new_axis_ && d == axis);
             if (!compatible)
-                throw KernelError("ConcatFromSequence: item " + shape_string(item.shape) + " does not match " + shape_string(first));
+                throw KernelError("ConcatFromSequence: item " + shape_string(item.shape) + " does not match " +
+                                  shape_string(first));
             extents.push_back(new_axis_ ? 1 : item.shape[axis]);
             shape[axis] += extents.back();
         }
@@ -240,6 +246,87 @@ private:
     bool new_axis_;
 };
 
+// ---- optionals ---------------------------------------------------------------------------------------------------
+
+// A copy of input i, whatever its kind (tensor inputs need not be backed by a host value).
+OwnedValue copy_input(const KernelContext& ctx, size_t index) {
+    const TessValue* value = ctx.input_value(index);
+    if (value != nullptr && ctx.host().value_kind(value) != TESS_VALUE_TENSOR) return values::clone(ctx.host(), value);
+    return values::copy_tensor(ctx.host(), ctx.input(index));
+}
+
+// The kind of input i: an absent input reads as an empty optional.
+int32_t input_kind(const KernelContext& ctx, size_t index) {
+    if (!ctx.has_input(index)) return TESS_VALUE_UNKNOWN;
+    const TessValue* value = ctx.input_value(index);
+    return value != nullptr ? ctx.host().value_kind(value) : TESS_VALUE_TENSOR;
+}
+
+class OptionalKernel final : public Kernel {
+public:
+    explicit OptionalKernel(const NodeInfo& info) {
+        // Without an input the element type comes from the 'type' attribute, which the node view does not carry;
+        // the declared output type stands in for it.
+        element_type_ = info.output_type(0);
+    }
+
+    void compute(KernelContext& ctx) const override {
+        const TessHostApi& h = ctx.host();
+        OwnedValue inner;
+        int32_t element_type = element_type_;
+        if (ctx.has_input(0)) {
+            inner = copy_input(ctx, 0);
+            element_type = h.value_element_type(inner.get());
+        }
+        TessValue* optional = nullptr;
+        values::check(h, h.value_create_optional(element_type, inner.get(), &optional), "Optional");
+        (void)inner.release();
+        ctx.set_output_value(0, optional);
+    }
+
+private:
+    int32_t element_type_ = TESS_ELEMENT_UNDEFINED;
+};
+
+class OptionalHasElementKernel final : public Kernel {
+public:
+    explicit OptionalHasElementKernel(const NodeInfo&) {}
+
+    void compute(KernelContext& ctx) const override {
+        bool has = false;
+        switch (input_kind(ctx, 0)) {
+            case TESS_VALUE_UNKNOWN: break;
+            case TESS_VALUE_OPTIONAL: has = ctx.host().optional_has_value(ctx.input_value(0)) != 0; break;
+            default: has = true; break;  // since opset 18 a plain tensor or sequence counts as present
+        }
+        *ctx.output(0, TESS_ELEMENT_BOOL, Shape{}).ptr<bool>() = has;
+    }
+};
+
+class OptionalGetElementKernel final : public Kernel {
+public:
+    explicit OptionalGetElementKernel(const NodeInfo&) {}
+
+    void compute(KernelContext& ctx) const override {
+        const TessHostApi& h = ctx.host();
+        switch (input_kind(ctx, 0)) {
+            case TESS_VALUE_TENSOR: ctx.alias_output(0, 0, ctx.input(0).shape); return;
+            case TESS_VALUE_SEQUENCE: ctx.set_output_value(0, values::clone(h, ctx.input_value(0)).release()); return;
+            case TESS_VALUE_OPTIONAL: break;
+            default: throw KernelError("OptionalGetElement: the input is missing");
+        }
+        const TessValue* optional = ctx.input_value(0);
+        if (!h.optional_has_value(optional)) throw KernelError("OptionalGetElement: the optional is empty");
+        const TessValue* inner = h.optional_value(optional);
+        if (h.value_kind(inner) != TESS_VALUE_TENSOR) {
+            ctx.set_output_value(0, values::clone(h, inner).release());
+            return;
+        }
+        Tensor& output = ctx.output(0, h.value_element_type(inner), values::tensor_shape(h, inner));
+        values::copy_into(h, inner, output);
+    }
+};
+
 }  // namespace
 
 void register_sequence_kernels(KernelRegistry& registry) {
@@ -254,6 +341,9 @@ void register_sequence_kernels(KernelRegistry& registry) {
     add("SequenceLength", make_factory<SequenceLengthKernel>());
     add("SplitToSequence", make_factory<SplitToSequenceKernel>());
     add("ConcatFromSequence", make_factory<ConcatFromSequenceKernel>());
+    registry.add({"", "Optional", 15, 0, {}, KernelMemory::Normal, make_factory<OptionalKernel>()});
+    registry.add({"", "OptionalHasElement", 15, 0, {}, KernelMemory::Normal, make_factory<OptionalHasElementKernel>()});
+    registry.add({"", "OptionalGetElement", 15, 0, {}, KernelMemory::Normal, make_factory<OptionalGetElementKernel>()});
 }
 
 }  // namespace tessera::cpu

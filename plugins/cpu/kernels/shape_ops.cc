@@ -49,11 +49,13 @@ Shape reshape_target(const Shape& input, const std::vector<int64_t>& requested, 
     for (size_t i = 0; i < requested.size(); ++i) {
         const int64_t d = requested[i];
         if (d == -1) {
-            if (inferred) throw KernelError("Reshape: more than one -1 in the requested shape " + shape_string(requested));
+            if (inferred)
+                throw KernelError("Reshape: more than one -1 in the requested shape " + shape_string(requested));
             inferred = i;
             continue;
         }
-        if (d < -1) throw KernelError("Reshape: invalid dimension " + std::to_string(d) + " in " + shape_string(requested));
+        if (d < -1)
+            throw KernelError("Reshape: invalid dimension " + std::to_string(d) + " in " + shape_string(requested));
         if (d == 0 && !allow_zero) {
             if (i >= input.size())
                 throw KernelError("Reshape: 0 at position " + std::to_string(i) + " copies a dimension the input " +
@@ -94,7 +96,8 @@ public:
         } else {
             if (!ctx.has_input(1)) throw KernelError("Reshape: the shape input is missing");
             const Tensor& shape = ctx.input(1);
-            if (shape.rank() != 1) throw KernelError("Reshape: the shape input must be 1-D, got " + shape_string(shape.shape));
+            if (shape.rank() != 1)
+                throw KernelError("Reshape: the shape input must be 1-D, got " + shape_string(shape.shape));
             requested = read_integers(shape, "Reshape shape");
         }
         ctx.alias_output(0, 0, reshape_target(input.shape, requested, allow_zero_));
@@ -110,13 +113,15 @@ private:
 
 class FlattenKernel final : public Kernel {
 public:
-    explicit FlattenKernel(const NodeInfo& info) : axis_(info.attr_int("axis", 1)), negative_allowed_(info.opset() >= 11) {}
+    explicit FlattenKernel(const NodeInfo& info)
+        : axis_(info.attr_int("axis", 1)), negative_allowed_(info.opset() >= 11) {}
 
     void compute(KernelContext& ctx) const override {
         const Tensor& input = ctx.input(0);
         const int64_t rank = int64_t(input.rank());
         if (axis_ > rank || axis_ < (negative_allowed_ ? -rank : 0))
-            throw KernelError("Flatten: axis " + std::to_string(axis_) + " is out of range for rank " + std::to_string(rank));
+            throw KernelError("Flatten: axis " + std::to_string(axis_) + " is out of range for rank " +
+                              std::to_string(rank));
         const size_t axis = size_t(axis_ < 0 ? axis_ + rank : axis_);
         const Shape output{movement::product(input.shape, 0, axis), movement::product(input.shape, axis, input.rank())};
         ctx.alias_output(0, 0, output);
@@ -154,11 +159,11 @@ public:
         const Tensor& input = ctx.input(0);
         const std::optional<std::vector<int64_t>> axes = axes_.get(ctx, "Squeeze");
         std::vector<bool> drop(input.rank(), false);
-        if (axes) {
+        if (axes && !axes->empty()) {  // empty axes squeeze every unit dim, as when they are absent (like ORT)
             for (size_t axis : normalize_axes("Squeeze", *axes, input.rank())) {
                 if (input.shape[axis] != 1)
-                    throw KernelError("Squeeze: dimension " + std::to_string(axis) + " of " + shape_string(input.shape) +
-                                      " is not 1");
+                    throw KernelError("Squeeze: dimension " + std::to_string(axis) + " of " +
+                                      shape_string(input.shape) + " is not 1");
                 drop[axis] = true;
             }
         } else {
@@ -224,8 +229,7 @@ private:
 
 class DropoutKernel final : public Kernel {
 public:
-    explicit DropoutKernel(const NodeInfo& info)
-        : opset_(info.opset()), ratio_(info.attr_float("ratio", 0.5f)) {
+    explicit DropoutKernel(const NodeInfo& info) : opset_(info.opset()), ratio_(info.attr_float("ratio", 0.5f)) {
         if (info.has_attr("seed")) seed_ = uint64_t(info.attr_int("seed"));
     }
 
@@ -254,10 +258,15 @@ public:
         }
         if (!(ratio >= 0.0f && ratio < 1.0f)) throw KernelError("Dropout: ratio must be in [0, 1) when training");
         Tensor& output = ctx.output(0, input.type, input.shape);
+        // The draws follow numpy's legacy generator (seed -> MT19937, 53-bit uniform doubles, keep when u >= ratio),
+        // which is what ONNX's reference outputs were computed with, so a seeded node reproduces them.
         std::vector<uint8_t> keep(size_t(input.size()));
-        std::mt19937_64 engine(seed_ ? *seed_ : std::random_device{}());
-        std::bernoulli_distribution keep_draw(1.0 - double(ratio));
-        for (auto& k : keep) k = keep_draw(engine) ? 1 : 0;
+        std::mt19937 engine(seed_ ? uint32_t(*seed_) : std::random_device{}());
+        for (auto& k : keep) {
+            const uint32_t high = engine() >> 5, low = engine() >> 6;
+            const double uniform = (double(high) * 67108864.0 + double(low)) / 9007199254740992.0;
+            k = uniform >= double(ratio) ? 1 : 0;
+        }
         const float scale = 1.0f / (1.0f - ratio);
         dispatch<float, double, fp::Half, fp::BFloat16>(input.type, [&]<typename T>() {
             const T* x = input.ptr<T>();
@@ -297,7 +306,9 @@ public:
     void compute(KernelContext& ctx) const override {
         const Shape& shape = ctx.input(0).shape;
         const int64_t rank = int64_t(shape.size());
-        const auto clamp_axis = [rank](int64_t axis) { return std::clamp(axis < 0 ? axis + rank : axis, int64_t(0), rank); };
+        const auto clamp_axis = [rank](int64_t axis) {
+            return std::clamp(axis < 0 ? axis + rank : axis, int64_t(0), rank);
+        };
         const int64_t begin = clamp_axis(start_);
         const int64_t end = std::max(begin, end_ ? clamp_axis(*end_) : rank);
         Tensor& output = ctx.output(0, TESS_ELEMENT_INT64, Shape{end - begin});
@@ -400,8 +411,10 @@ public:
     explicit ConstantOfShapeKernel(const NodeInfo& info) {
         if (const TessValue* value = info.attr_tensor("value")) {
             value_ = OwnedTensor::copy_of(value);
-            if (shape_size(value_.shape) != 1) throw KernelError("ConstantOfShape: value must hold exactly one element");
-            if (value_.type == TESS_ELEMENT_STRING) throw KernelError("ConstantOfShape: string values are not supported");
+            if (shape_size(value_.shape) != 1)
+                throw KernelError("ConstantOfShape: value must hold exactly one element");
+            if (value_.type == TESS_ELEMENT_STRING)
+                throw KernelError("ConstantOfShape: string values are not supported");
         } else {
             value_ = owned_from(std::vector<float>{0.0f}, TESS_ELEMENT_FLOAT32, true);
         }
@@ -471,7 +484,8 @@ public:
             if (limit.type != start.type || delta.type != start.type)
                 throw KernelError("Range: start, limit and delta must have one type");
             // float16/bfloat16 count in float, like every other arithmetic on them.
-            using Compute = std::conditional_t<std::is_same_v<T, fp::Half> || std::is_same_v<T, fp::BFloat16>, float, T>;
+            using Compute =
+                std::conditional_t<std::is_same_v<T, fp::Half> || std::is_same_v<T, fp::BFloat16>, float, T>;
             const Compute first = convert::convert_value<Compute>(*start.ptr<T>());
             const Compute last = convert::convert_value<Compute>(*limit.ptr<T>());
             const Compute step = convert::convert_value<Compute>(*delta.ptr<T>());
@@ -482,7 +496,10 @@ public:
                 const int64_t s = int64_t(step);
                 count = span / s + ((span % s != 0 && ((span < 0) == (s < 0))) ? 1 : 0);
             } else {
-                count = int64_t(std::ceil((double(last) - double(first)) / double(step)));
+                const double steps = std::ceil((double(last) - double(first)) / double(step));
+                if (std::isnan(steps) || steps > 9.0e15)
+                    throw KernelError("Range: start, limit and delta give no finite element count");
+                count = steps > 0 ? int64_t(steps) : 0;
             }
             count = std::max<int64_t>(count, 0);
             Tensor& output = ctx.output(0, start.type, Shape{count});
@@ -512,10 +529,20 @@ void register_shape_kernels(KernelRegistry& registry) {
     registry.add({"", "Shape", 1, 0, {}, KernelMemory::Normal, make_factory<ShapeKernel>()});
     registry.add({"", "Size", 1, 0, {}, KernelMemory::Normal, make_factory<SizeKernel>()});
     registry.add({"", "Constant", 1, 0, {}, KernelMemory::Normal, make_factory<ConstantKernel>()});
-    registry.add({"", "ConstantOfShape", 9, 0, {{0, {TESS_ELEMENT_INT64}}}, KernelMemory::Normal,
+    registry.add({"",
+                  "ConstantOfShape",
+                  9,
+                  0,
+                  {{0, {TESS_ELEMENT_INT64}}},
+                  KernelMemory::Normal,
                   make_factory<ConstantOfShapeKernel>()});
     registry.add({"", "EyeLike", 9, 0, {}, KernelMemory::Normal, make_factory<EyeLikeKernel>()});
-    registry.add({"", "Range", 11, 0, {{0, range_types}, {1, range_types}, {2, range_types}}, KernelMemory::Normal,
+    registry.add({"",
+                  "Range",
+                  11,
+                  0,
+                  {{0, range_types}, {1, range_types}, {2, range_types}},
+                  KernelMemory::Normal,
                   make_factory<RangeKernel>()});
 }
 

@@ -81,11 +81,15 @@ template <Mode M> void normalize_float_columns(const float* in, float* out, int6
         }
         if constexpr (M == Mode::Softmax) {
             const Vf scale = 1.0f / sum;
-            for (int64_t k = 0; k < n; ++k) vec::store_n(out + k * stride, lanes, vec::load_n(out + k * stride, lanes) * scale);
+            for (int64_t k = 0; k < n; ++k) {
+                vec::store_n(out + k * stride, lanes, vec::load_n(out + k * stride, lanes) * scale);
+            }
         } else {
             Vf shift;
             for (int i = 0; i < vec::kLanes; ++i) shift[i] = max[i] + std::log(sum[i]);
-            for (int64_t k = 0; k < n; ++k) vec::store_n(out + k * stride, lanes, vec::load_n(in + k * stride, lanes) - shift);
+            for (int64_t k = 0; k < n; ++k) {
+                vec::store_n(out + k * stride, lanes, vec::load_n(in + k * stride, lanes) - shift);
+            }
         }
     });
 }

@@ -47,10 +47,14 @@ public:
     explicit StringNormalizerKernel(const NodeInfo& info)
         : case_sensitive_(info.attr_int("is_case_sensitive", 0) != 0) {
         const std::string action = info.attr_string("case_change_action", "NONE");
-        if (action == "NONE") case_change_ = CaseChange::None;
-        else if (action == "LOWER") case_change_ = CaseChange::Lower;
-        else if (action == "UPPER") case_change_ = CaseChange::Upper;
-        else throw KernelError("StringNormalizer: unknown case_change_action '" + action + "'");
+        if (action == "NONE")
+            case_change_ = CaseChange::None;
+        else if (action == "LOWER")
+            case_change_ = CaseChange::Lower;
+        else if (action == "UPPER")
+            case_change_ = CaseChange::Upper;
+        else
+            throw KernelError("StringNormalizer: unknown case_change_action '" + action + "'");
         for (const std::string& word : info.attr_strings("stopwords"))
             stopwords_.insert(case_sensitive_ ? word : ascii_lower(word));
     }
@@ -61,11 +65,13 @@ public:
         require_strings(input, "StringNormalizer");
         const bool matrix = input.rank() == 2;
         if (!(input.rank() == 1 || (matrix && input.shape[0] == 1)))
-            throw KernelError("StringNormalizer: input must have shape [C] or [1, C], got " + shape_string(input.shape));
+            throw KernelError("StringNormalizer: input must have shape [C] or [1, C], got " +
+                              shape_string(input.shape));
         std::vector<std::string> kept;
         for (int64_t i = 0; i < input.size(); ++i) {
             const std::string_view word = get_string(h, input.value, size_t(i));
-            if (!stopwords_.empty() && stopwords_.count(case_sensitive_ ? std::string(word) : ascii_lower(word))) continue;
+            if (!stopwords_.empty() && stopwords_.count(case_sensitive_ ? std::string(word) : ascii_lower(word)))
+                continue;
             switch (case_change_) {
                 case CaseChange::None: kept.emplace_back(word); break;
                 case CaseChange::Lower: kept.push_back(ascii_lower(word)); break;
@@ -137,7 +143,8 @@ public:
         for (size_t i = 0; i < pieces.size(); ++i) {
             lengths.ptr<int64_t>()[i] = int64_t(pieces[i].size());
             for (size_t j = 0; j < widest; ++j)
-                set_string(h, substrings.value, i * widest + j, j < pieces[i].size() ? pieces[i][j] : std::string_view());
+                set_string(h, substrings.value, i * widest + j,
+                           j < pieces[i].size() ? pieces[i][j] : std::string_view());
         }
     }
 
@@ -149,14 +156,17 @@ private:
         int64_t splits_left = maxsplit_ < 0 ? std::numeric_limits<int64_t>::max() : maxsplit_;
         if (!delimiter_.empty()) {
             size_t start = 0;
-            for (size_t at; splits_left > 0 && (at = text.find(delimiter_, start)) != std::string_view::npos; --splits_left) {
+            for (size_t at; splits_left > 0 && (at = text.find(delimiter_, start)) != std::string_view::npos;
+                 --splits_left) {
                 result.push_back(text.substr(start, at - start));
                 start = at + delimiter_.size();
             }
             result.push_back(text.substr(start));
             return result;
         }
-        const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; };
+        const auto is_space = [](char c) {
+            return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+        };
         size_t at = 0;
         while (true) {
             while (at < text.size() && is_space(text[at])) ++at;
@@ -215,10 +225,18 @@ private:
 
 void register_string_kernels(KernelRegistry& registry) {
     const std::vector<int32_t> strings{TESS_ELEMENT_STRING};
-    registry.add({"", "StringNormalizer", 10, 0, {{0, strings}}, KernelMemory::Normal, make_factory<StringNormalizerKernel>()});
-    registry.add({"", "StringConcat", 20, 0, {{0, strings}, {1, strings}}, KernelMemory::Normal, make_factory<StringConcatKernel>()});
+    registry.add(
+        {"", "StringNormalizer", 10, 0, {{0, strings}}, KernelMemory::Normal, make_factory<StringNormalizerKernel>()});
+    registry.add({"",
+                  "StringConcat",
+                  20,
+                  0,
+                  {{0, strings}, {1, strings}},
+                  KernelMemory::Normal,
+                  make_factory<StringConcatKernel>()});
     registry.add({"", "StringSplit", 20, 0, {{0, strings}}, KernelMemory::Normal, make_factory<StringSplitKernel>()});
-    registry.add({"", "RegexFullMatch", 20, 0, {{0, strings}}, KernelMemory::Normal, make_factory<RegexFullMatchKernel>()});
+    registry.add(
+        {"", "RegexFullMatch", 20, 0, {{0, strings}}, KernelMemory::Normal, make_factory<RegexFullMatchKernel>()});
 }
 
 }  // namespace tessera::cpu

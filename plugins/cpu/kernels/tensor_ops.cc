@@ -47,7 +47,8 @@ void copy_permuted(const Tensor& input, Tensor& output, const Shape& view_shape,
 }
 
 std::vector<int64_t> read_shape_input(const Tensor& tensor, std::string_view what) {
-    if (tensor.rank() != 1) throw KernelError(std::string(what) + " must be a 1-D tensor, got " + shape_string(tensor.shape));
+    if (tensor.rank() != 1)
+        throw KernelError(std::string(what) + " must be a 1-D tensor, got " + shape_string(tensor.shape));
     return read_integers(tensor, what);
 }
 
@@ -56,8 +57,8 @@ std::vector<int64_t> normalized_indices(const Tensor& indices, int64_t dim, std:
     std::vector<int64_t> result = read_integers(indices, op);
     for (int64_t& index : result) {
         if (index < -dim || index >= dim)
-            throw KernelError(std::string(op) + ": index " + std::to_string(index) + " is out of range for a dimension of " +
-                              std::to_string(dim));
+            throw KernelError(std::string(op) + ": index " + std::to_string(index) +
+                              " is out of range for a dimension of " + std::to_string(dim));
         if (index < 0) index += dim;
     }
     return result;
@@ -77,10 +78,13 @@ public:
             perm.resize(rank);
             std::iota(perm.rbegin(), perm.rend(), 0);
         }
-        if (perm.size() != rank) throw KernelError("Transpose: perm has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(rank));
+        if (perm.size() != rank)
+            throw KernelError("Transpose: perm has " + std::to_string(perm.size()) + " entries for rank " +
+                              std::to_string(rank));
         std::vector<bool> seen(rank, false);
         for (int64_t p : perm) {
-            if (p < 0 || p >= int64_t(rank) || seen[size_t(p)]) throw KernelError("Transpose: perm is not a permutation");
+            if (p < 0 || p >= int64_t(rank) || seen[size_t(p)])
+                throw KernelError("Transpose: perm is not a permutation");
             seen[size_t(p)] = true;
         }
         Shape shape(rank);
@@ -171,20 +175,20 @@ public:
                                   std::to_string(count) + " outputs");
             sizes.assign(size_t(count), dim / count);
         }
-        if (int64_t(sizes.size()) != count) throw KernelError("Split: split has " + std::to_string(sizes.size()) + " entries for " + std::to_string(count) + " outputs");
+        if (int64_t(sizes.size()) != count)
+            throw KernelError("Split: split has " + std::to_string(sizes.size()) + " entries for " +
+                              std::to_string(count) + " outputs");
         if (std::any_of(sizes.begin(), sizes.end(), [](int64_t s) { return s < 0; }) ||
             std::accumulate(sizes.begin(), sizes.end(), int64_t(0)) != dim)
             throw KernelError("Split: sizes do not add up to dimension " + std::to_string(dim));
         split_tensor(ctx, input, axis, sizes);
     }
 
-    // Shared with the node's outputs: every wanted output k receives part k.
+    // Every wanted output k receives part k (sizes[k] along `axis`).
     static void split_tensor(KernelContext& ctx, const Tensor& input, size_t axis, const std::vector<int64_t>& sizes) {
         const int64_t outer = product(input.shape, 0, axis);
         const int64_t inner = product(input.shape, axis + 1, input.rank());
         std::vector<Tensor*> outputs;
-        std::vector<int64_t> wanted_sizes;
-        std::vector<int64_t> all_sizes = sizes;
         for (size_t k = 0; k < sizes.size(); ++k) {
             if (!ctx.output_wanted(k)) continue;
             Shape shape = input.shape;
@@ -196,9 +200,9 @@ public:
             std::vector<std::byte*> dsts;
             std::vector<int64_t> part_bytes;
             size_t next = 0;
-            for (size_t k = 0; k < all_sizes.size(); ++k) {
+            for (size_t k = 0; k < sizes.size(); ++k) {
                 dsts.push_back(ctx.output_wanted(k) ? b.outputs[next++] : nullptr);
-                part_bytes.push_back(all_sizes[k] * inner * int64_t(b.element_size));
+                part_bytes.push_back(sizes[k] * inner * int64_t(b.element_size));
             }
             movement::split_rows(b.inputs[0], dsts, part_bytes, outer, ctx.pool());
         });
@@ -311,8 +315,10 @@ public:
                     for (int64_t unit = begin; unit < end; ++unit) {
                         const int64_t o = unit / n;
                         const W* src = in + (o * dim + indices[size_t(unit % n)]) * inner;
-                        if (inner == 1) out[unit] = *src;
-                        else std::memcpy(out + unit * inner, src, block);
+                        if (inner == 1)
+                            out[unit] = *src;
+                        else
+                            std::memcpy(out + unit * inner, src, block);
                     }
                 });
             });
@@ -331,7 +337,8 @@ public:
         const Tensor& data = ctx.input(0);
         const Tensor& indices_tensor = ctx.input(1);
         const size_t rank = data.rank();
-        if (indices_tensor.rank() != rank) throw KernelError("GatherElements: data and indices must have the same rank");
+        if (indices_tensor.rank() != rank)
+            throw KernelError("GatherElements: data and indices must have the same rank");
         const size_t axis = normalize_axis("GatherElements", axis_, rank);
         for (size_t d = 0; d < rank; ++d)
             if (d != axis && indices_tensor.shape[d] > data.shape[d])
@@ -403,8 +410,8 @@ IndexedSlices resolve_index_tuples(const Shape& data_shape, const Tensor& indice
             const int64_t dim = data_shape[b + size_t(j)];
             int64_t index = raw[size_t(t * k + j)];
             if (index < -dim || index >= dim)
-                throw KernelError(std::string(op) + ": index " + std::to_string(index) + " is out of range for a dimension of " +
-                                  std::to_string(dim));
+                throw KernelError(std::string(op) + ": index " + std::to_string(index) +
+                                  " is out of range for a dimension of " + std::to_string(dim));
             if (index < 0) index += dim;
             offset += index * strides[b + size_t(j)];
         }
@@ -427,10 +434,12 @@ public:
         if (output.size() == 0) return;
         move_elements(ctx.host(), data, output, [&](const MoveBuffers& b) {
             const size_t block = size_t(slices.slice_size) * b.element_size;
-            movement::parallel_range(ctx.pool(), int64_t(slices.offsets.size()), int64_t(block), [&](int64_t begin, int64_t end) {
-                for (int64_t t = begin; t < end; ++t)
-                    std::memcpy(b.outputs[0] + size_t(t) * block, b.inputs[0] + size_t(slices.offsets[size_t(t)]) * b.element_size, block);
-            });
+            movement::parallel_range(
+                ctx.pool(), int64_t(slices.offsets.size()), int64_t(block), [&](int64_t begin, int64_t end) {
+                    for (int64_t t = begin; t < end; ++t)
+                        std::memcpy(b.outputs[0] + size_t(t) * block,
+                                    b.inputs[0] + size_t(slices.offsets[size_t(t)]) * b.element_size, block);
+                });
         });
     }
 
@@ -454,24 +463,26 @@ Reduction parse_reduction(const NodeInfo& info) {
 
 // Applies updates to `output` (already a copy of data): element update u goes to element destination(u), slice by
 // slice of `slice` elements.  Runs serially: repeated indices must combine in order.
-template <typename Destination>
-void scatter_into(KernelContext& ctx, const Tensor& data, const Tensor& updates, Tensor& output, Reduction reduction,
-                  int64_t slice, int64_t slices, Destination destination) {
+template <typename Destination> void scatter_into(KernelContext& ctx, const Tensor& data, const Tensor& updates,
+                                                  Tensor& output, Reduction reduction, int64_t slice, int64_t slices,
+                                                  Destination destination) {
     if (reduction == Reduction::None) {
         const Tensor* inputs[] = {&data, &updates};
         Tensor* outputs[] = {&output};
         move_elements(ctx.host(), inputs, outputs, [&](const MoveBuffers& b) {
             const size_t es = b.element_size;
-            movement::parallel_memcpy(ctx.pool(), b.outputs[0], b.inputs[0], size_t(data.size()) * es);
+            if (b.outputs[0] != b.inputs[0])  // else updating in place
+                movement::parallel_memcpy(ctx.pool(), b.outputs[0], b.inputs[0], size_t(data.size()) * es);
             for (int64_t s = 0; s < slices; ++s)
-                std::memcpy(b.outputs[0] + size_t(destination(s)) * es, b.inputs[1] + size_t(s * slice) * es, size_t(slice) * es);
+                std::memcpy(b.outputs[0] + size_t(destination(s)) * es, b.inputs[1] + size_t(s * slice) * es,
+                            size_t(slice) * es);
         });
         return;
     }
     dispatch<float, double, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, fp::Half,
              fp::BFloat16>(data.type, [&]<typename T>() {
         using Compute = std::conditional_t<std::is_same_v<T, fp::Half> || std::is_same_v<T, fp::BFloat16>, float, T>;
-        std::memcpy(output.data, data.data, data.byte_size());
+        if (data.size() > 0 && output.data != data.data) std::memcpy(output.data, data.data, data.byte_size());
         T* out = output.ptr<T>();
         const T* upd = updates.ptr<T>();
         for (int64_t s = 0; s < slices; ++s) {
@@ -543,7 +554,8 @@ public:
         Shape expected = slices.tuple_shape;
         expected.insert(expected.end(), data.shape.begin() + indices.shape.back(), data.shape.end());
         if (updates.shape != expected)
-            throw KernelError("ScatterND: updates shape " + shape_string(updates.shape) + " should be " + shape_string(expected));
+            throw KernelError("ScatterND: updates shape " + shape_string(updates.shape) + " should be " +
+                              shape_string(expected));
         Tensor& output = ctx.output(0, data.type, data.shape);
         scatter_into(ctx, data, updates, output, reduction_, slices.slice_size, int64_t(slices.offsets.size()),
                      [&](int64_t s) { return slices.offsets[size_t(s)]; });
@@ -561,11 +573,16 @@ class PadKernel final : public Kernel {
 public:
     explicit PadKernel(const NodeInfo& info) : opset_(info.opset()), value_(info.attr_float("value", 0.0f)) {
         const std::string mode = info.attr_string("mode", "constant");
-        if (mode == "constant") mode_ = PadMode::Constant;
-        else if (mode == "reflect") mode_ = PadMode::Reflect;
-        else if (mode == "edge") mode_ = PadMode::Edge;
-        else if (mode == "wrap" && opset_ >= 19) mode_ = PadMode::Wrap;
-        else throw KernelError("Pad: unsupported mode '" + mode + "'");
+        if (mode == "constant")
+            mode_ = PadMode::Constant;
+        else if (mode == "reflect")
+            mode_ = PadMode::Reflect;
+        else if (mode == "edge")
+            mode_ = PadMode::Edge;
+        else if (mode == "wrap" && opset_ >= 19)
+            mode_ = PadMode::Wrap;
+        else
+            throw KernelError("Pad: unsupported mode '" + mode + "'");
         if (opset_ < 11) pads_ = info.attr_ints(opset_ < 2 ? "paddings" : "pads");
     }
 
@@ -620,7 +637,9 @@ public:
             if (fill->type != input.type) throw KernelError("Pad: constant_value must have the data's type");
         }
 
-        move_elements(ctx.host(), input, output, [&](const MoveBuffers& b) { pad(b, input.shape, shape, begins, maps, ctx.pool()); }, fill);
+        move_elements(
+            ctx.host(), input, output,
+            [&](const MoveBuffers& b) { pad(b, input.shape, shape, begins, maps, ctx.pool()); }, fill);
     }
 
 private:
@@ -681,7 +700,8 @@ private:
                     const W* src = in + offset;
                     for (int64_t o = 0; o < lo; ++o) dst[o] = last_map[size_t(o)] < 0 ? fill : src[last_map[size_t(o)]];
                     if (hi > lo) std::memcpy(dst + lo, src + (lo - begins.back()), size_t(hi - lo) * sizeof(W));
-                    for (int64_t o = hi; o < inner; ++o) dst[o] = last_map[size_t(o)] < 0 ? fill : src[last_map[size_t(o)]];
+                    for (int64_t o = hi; o < inner; ++o)
+                        dst[o] = last_map[size_t(o)] < 0 ? fill : src[last_map[size_t(o)]];
                 }
             });
         });
@@ -737,8 +757,7 @@ public:
         const std::vector<int64_t> input_strides = contiguous_strides(input.shape);
         std::vector<int64_t> strides(shape.size(), 0);
         const size_t lead = shape.size() - input.rank();
-        for (size_t d = 0; d < input.rank(); ++d)
-            strides[lead + d] = input.shape[d] == 1 ? 0 : input_strides[d];
+        for (size_t d = 0; d < input.rank(); ++d) strides[lead + d] = input.shape[d] == 1 ? 0 : input_strides[d];
         Tensor& output = ctx.output(0, input.type, shape);
         if (output.size() == 0) return;
         move_elements(ctx.host(), input, output, [&](const MoveBuffers& b) {
@@ -752,9 +771,9 @@ public:
 int32_t type_from_name(std::string name) {
     std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return char(std::toupper(c)); });
     static const std::pair<const char*, int32_t> kNames[] = {
-        {"FLOAT", TESS_ELEMENT_FLOAT32}, {"UINT8", TESS_ELEMENT_UINT8},   {"INT8", TESS_ELEMENT_INT8},
-        {"UINT16", TESS_ELEMENT_UINT16}, {"INT16", TESS_ELEMENT_INT16},   {"INT32", TESS_ELEMENT_INT32},
-        {"INT64", TESS_ELEMENT_INT64},   {"STRING", TESS_ELEMENT_STRING}, {"BOOL", TESS_ELEMENT_BOOL},
+        {"FLOAT", TESS_ELEMENT_FLOAT32},   {"UINT8", TESS_ELEMENT_UINT8},    {"INT8", TESS_ELEMENT_INT8},
+        {"UINT16", TESS_ELEMENT_UINT16},   {"INT16", TESS_ELEMENT_INT16},    {"INT32", TESS_ELEMENT_INT32},
+        {"INT64", TESS_ELEMENT_INT64},     {"STRING", TESS_ELEMENT_STRING},  {"BOOL", TESS_ELEMENT_BOOL},
         {"FLOAT16", TESS_ELEMENT_FLOAT16}, {"DOUBLE", TESS_ELEMENT_FLOAT64}, {"UINT32", TESS_ELEMENT_UINT32},
         {"UINT64", TESS_ELEMENT_UINT64}};
     for (const auto& [text, type] : kNames)
@@ -765,7 +784,8 @@ int32_t type_from_name(std::string name) {
 __attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* in, uint16_t* out, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; ++i) out[i] = fp::float_to_half(in[i]);
 }
 
@@ -822,10 +842,14 @@ convert::CastOptions cast_options(const NodeInfo& info) {
     convert::CastOptions options;
     options.saturate = info.attr_int("saturate", 1) != 0;
     const std::string mode = info.attr_string("round_mode", "up");
-    if (mode == "up") options.e8m0_rounding = fp::E8M0Rounding::Up;
-    else if (mode == "down") options.e8m0_rounding = fp::E8M0Rounding::Down;
-    else if (mode == "nearest") options.e8m0_rounding = fp::E8M0Rounding::Nearest;
-    else throw KernelError("Cast: unknown round_mode '" + mode + "'");
+    if (mode == "up")
+        options.e8m0_rounding = fp::E8M0Rounding::Up;
+    else if (mode == "down")
+        options.e8m0_rounding = fp::E8M0Rounding::Down;
+    else if (mode == "nearest")
+        options.e8m0_rounding = fp::E8M0Rounding::Nearest;
+    else
+        throw KernelError("Cast: unknown round_mode '" + mode + "'");
     return options;
 }
 
@@ -902,7 +926,10 @@ public:
                         const int64_t split = std::clamp<int64_t>(upper_ ? i + k : i + k + 1, 0, m);
                         const W* src = in + row * m;
                         W* dst = out + row * m;
-                        for (int64_t j = 0; j < m; ++j) dst[j] = ((j >= split) == upper_) ? src[j] : zero;
+                        const int64_t keep_begin = upper_ ? split : 0, keep_end = upper_ ? m : split;
+                        std::fill(dst, dst + keep_begin, zero);
+                        std::copy(src + keep_begin, src + keep_end, dst + keep_begin);
+                        std::fill(dst + keep_end, dst + m, zero);
                     }
                 });
             });
@@ -951,7 +978,8 @@ public:
         const Tensor& input = ctx.input(0);
         if (input.rank() != 4) throw KernelError("SpaceToDepth: input must be 4-D");
         const int64_t b = blocksize_, n = input.shape[0], c = input.shape[1], h = input.shape[2], w = input.shape[3];
-        if (h % b != 0 || w % b != 0) throw KernelError("SpaceToDepth: height and width must be divisible by blocksize");
+        if (h % b != 0 || w % b != 0)
+            throw KernelError("SpaceToDepth: height and width must be divisible by blocksize");
         Tensor& output = ctx.output(0, input.type, Shape{n, c * b * b, h / b, w / b});
         if (output.size() == 0) return;
         copy_permuted(input, output, Shape{n, c, h / b, b, w / b, b}, {0, 3, 5, 1, 2, 4}, ctx);
@@ -1003,7 +1031,8 @@ public:
                 std::fill(out, out + output.size(), pair[0]);
                 for (int64_t o = 0; o < outer; ++o)
                     for (int64_t i = 0; i < inner; ++i)
-                        if (const int64_t d = hot[size_t(o * inner + i)]; d >= 0) out[(o * depth + d) * inner + i] = pair[1];
+                        if (const int64_t d = hot[size_t(o * inner + i)]; d >= 0)
+                            out[(o * depth + d) * inner + i] = pair[1];
             });
         });
     }
@@ -1061,7 +1090,9 @@ public:
         }
         const size_t axis = normalize_axis("TopK", axis_, input.rank());
         const int64_t dim = input.shape[axis];
-        if (k < 0 || k > dim) throw KernelError("TopK: K " + std::to_string(k) + " is out of range for a dimension of " + std::to_string(dim));
+        if (k < 0 || k > dim)
+            throw KernelError("TopK: K " + std::to_string(k) + " is out of range for a dimension of " +
+                              std::to_string(dim));
         Shape shape = input.shape;
         shape[axis] = k;
         Tensor& values = ctx.output(0, input.type, shape);
@@ -1085,7 +1116,8 @@ public:
                 for (int64_t slice = begin; slice < end; ++slice) {
                     const int64_t o = slice / inner, i = slice % inner;
                     const T* src = in + o * dim * inner + i;
-                    for (int64_t j = 0; j < dim; ++j) items[size_t(j)] = {convert::convert_value<Key>(src[j * inner]), j};
+                    for (int64_t j = 0; j < dim; ++j)
+                        items[size_t(j)] = {convert::convert_value<Key>(src[j * inner]), j};
                     std::partial_sort(items.begin(), items.begin() + k, items.end(), before);
                     for (int64_t j = 0; j < k; ++j) {
                         const int64_t at = o * k * inner + j * inner + i;
@@ -1120,29 +1152,33 @@ public:
         const int64_t outer = product(input.shape, 0, axis);
         const int64_t dim = input.shape[axis];
         const int64_t inner = product(input.shape, axis + 1, input.rank());
-        dispatch<float, double, int32_t, int64_t, uint32_t, uint64_t, fp::Half, fp::BFloat16>(input.type, [&]<typename T>() {
-            using Sum = std::conditional_t<std::is_same_v<T, fp::Half> || std::is_same_v<T, fp::BFloat16>, float, T>;
-            const T* in = input.ptr<T>();
-            T* out = output.ptr<T>();
-            movement::parallel_range(ctx.pool(), outer, dim * inner * int64_t(sizeof(T)), [&](int64_t begin, int64_t end) {
-                std::vector<Sum> running(static_cast<size_t>(inner));
-                for (int64_t o = begin; o < end; ++o) {
-                    std::fill(running.begin(), running.end(), Sum(0));
-                    for (int64_t step = 0; step < dim; ++step) {
-                        const int64_t a = reverse_ ? dim - 1 - step : step;
-                        const T* src = in + (o * dim + a) * inner;
-                        T* dst = out + (o * dim + a) * inner;
-                        for (int64_t j = 0; j < inner; ++j) {
-                            const Sum x = convert::convert_value<Sum>(src[j]);
-                            // The running sum is rounded to T at every step, as a cumulative sum in T computes it.
-                            const T sum = convert::convert_value<T>(Sum(running[size_t(j)] + x));
-                            dst[j] = exclusive_ ? convert::convert_value<T>(running[size_t(j)]) : sum;
-                            running[size_t(j)] = convert::convert_value<Sum>(sum);
+        dispatch<float, double, int32_t, int64_t, uint32_t, uint64_t, fp::Half, fp::BFloat16>(
+            input.type, [&]<typename T>() {
+                using Sum =
+                    std::conditional_t<std::is_same_v<T, fp::Half> || std::is_same_v<T, fp::BFloat16>, float, T>;
+                const T* in = input.ptr<T>();
+                T* out = output.ptr<T>();
+                movement::parallel_range(
+                    ctx.pool(), outer, dim * inner * int64_t(sizeof(T)), [&](int64_t begin, int64_t end) {
+                        std::vector<Sum> running(static_cast<size_t>(inner));
+                        for (int64_t o = begin; o < end; ++o) {
+                            std::fill(running.begin(), running.end(), Sum(0));
+                            for (int64_t step = 0; step < dim; ++step) {
+                                const int64_t a = reverse_ ? dim - 1 - step : step;
+                                const T* src = in + (o * dim + a) * inner;
+                                T* dst = out + (o * dim + a) * inner;
+                                for (int64_t j = 0; j < inner; ++j) {
+                                    const Sum x = convert::convert_value<Sum>(src[j]);
+                                    // The running sum is rounded to T at every step, as a cumulative sum in T computes
+                                    // it.
+                                    const T sum = convert::convert_value<T>(Sum(running[size_t(j)] + x));
+                                    dst[j] = exclusive_ ? convert::convert_value<T>(running[size_t(j)]) : sum;
+                                    running[size_t(j)] = convert::convert_value<Sum>(sum);
+                                }
+                            }
                         }
-                    }
-                }
+                    });
             });
-        });
     }
 
 private:
@@ -1162,32 +1198,39 @@ void register_tensor_kernels(KernelRegistry& registry) {
                                         TESS_ELEMENT_INT64,   TESS_ELEMENT_UINT32,  TESS_ELEMENT_UINT64,
                                         TESS_ELEMENT_FLOAT16, TESS_ELEMENT_BFLOAT16};
     const auto add = [&](const char* op, int since, int end, KernelFactory factory,
-                         std::vector<std::pair<size_t, std::vector<int32_t>>> types = {}) {
-        registry.add({"", op, since, end, std::move(types), KernelMemory::Normal, std::move(factory)});
+                         std::vector<std::pair<size_t, std::vector<int32_t>>> types = {},
+                         KernelMemory memory = KernelMemory::Normal) {
+        registry.add({"", op, since, end, std::move(types), memory, std::move(factory)});
     };
+    // Scatter*, Trilu and CumSum read each element before writing it, so they can update their input in place.
+    constexpr KernelMemory kInPlace = KernelMemory::InPlaceInput0;
     add("Transpose", 1, 0, make_factory<TransposeKernel>());
     add("Concat", 1, 0, make_factory<ConcatKernel>());
     add("Split", 1, 0, make_factory<SplitKernel>());
     add("Slice", 1, 9, make_factory<SliceKernel>());
-    add("Slice", 10, 0, make_factory<SliceKernel>(), {{1, index_types}, {2, index_types}, {3, index_types}, {4, index_types}});
+    add("Slice", 10, 0, make_factory<SliceKernel>(),
+        {{1, index_types}, {2, index_types}, {3, index_types}, {4, index_types}});
     add("Gather", 1, 0, make_factory<GatherKernel>(), {{1, index_types}});
     add("GatherElements", 11, 0, make_factory<GatherElementsKernel>(), {{1, index_types}});
     add("GatherND", 11, 0, make_factory<GatherNDKernel>(), {{1, {TESS_ELEMENT_INT64}}});
-    add("Scatter", 9, 10, make_factory<ScatterElementsKernel>(), {{1, index_types}});
-    add("ScatterElements", 11, 0, make_factory<ScatterElementsKernel>(), {{1, index_types}});
-    add("ScatterND", 11, 0, make_factory<ScatterNDKernel>(), {{1, {TESS_ELEMENT_INT64}}});
+    add("Scatter", 9, 10, make_factory<ScatterElementsKernel>(), {{1, index_types}}, kInPlace);
+    add("ScatterElements", 11, 0, make_factory<ScatterElementsKernel>(), {{1, index_types}}, kInPlace);
+    add("ScatterND", 11, 0, make_factory<ScatterNDKernel>(), {{1, {TESS_ELEMENT_INT64}}}, kInPlace);
     add("Pad", 1, 0, make_factory<PadKernel>());
     add("Tile", 6, 0, make_factory<TileKernel>(), {{1, {TESS_ELEMENT_INT64}}});
     add("Expand", 8, 0, make_factory<ExpandKernel>(), {{1, {TESS_ELEMENT_INT64}}});
-    add("Cast", 1, 0, make_factory<CastKernel>());
-    add("CastLike", 15, 0, make_factory<CastLikeKernel>());
-    add("Trilu", 14, 0, make_factory<TriluKernel>());
+    std::vector<int32_t> castable_types;
+    for (int32_t type = TESS_ELEMENT_FLOAT32; type <= TESS_ELEMENT_INT2; ++type)  // every element type ONNX defines
+        if (castable(type)) castable_types.push_back(type);
+    add("Cast", 1, 0, make_factory<CastKernel>(), {{0, castable_types}});
+    add("CastLike", 15, 0, make_factory<CastLikeKernel>(), {{0, castable_types}, {1, castable_types}});
+    add("Trilu", 14, 0, make_factory<TriluKernel>(), {}, kInPlace);
     add("DepthToSpace", 1, 0, make_factory<DepthToSpaceKernel>());
     add("SpaceToDepth", 1, 0, make_factory<SpaceToDepthKernel>());
     add("OneHot", 9, 0, make_factory<OneHotKernel>());
     add("NonZero", 9, 0, make_factory<NonZeroKernel>());
     add("TopK", 1, 0, make_factory<TopKKernel>(), {{0, sortable}});
-    add("CumSum", 11, 0, make_factory<CumSumKernel>(), {{0, summable}, {1, index_types}});
+    add("CumSum", 11, 0, make_factory<CumSumKernel>(), {{0, summable}, {1, index_types}}, kInPlace);
 }
 
 }  // namespace tessera::cpu

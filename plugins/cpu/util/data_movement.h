@@ -66,7 +66,8 @@ inline void fill_elements(std::byte* dst, const std::byte* value, size_t es, int
         W word;
         std::memcpy(&word, value, sizeof(W));
         W* out = reinterpret_cast<W*>(dst);
-        parallel_range(pool, count, int64_t(sizeof(W)), [&](int64_t begin, int64_t end) { std::fill(out + begin, out + end, word); });
+        parallel_range(pool, count, int64_t(sizeof(W)),
+                       [&](int64_t begin, int64_t end) { std::fill(out + begin, out + end, word); });
     });
 }
 
@@ -309,9 +310,9 @@ struct MoveBuffers {
 // and the strings are copied afterwards through the host; the padding number is -1.  Packed sub-byte types run on
 // one byte per element, unpacked before and packed after.  `fill` is a one-element tensor of the same type (the
 // padding value) or null for zero / the empty string.
-template <typename Move>
-void move_elements(const TessHostApi& host, std::span<const Tensor* const> inputs, std::span<Tensor* const> outputs,
-                   Move&& move, const Tensor* fill = nullptr) {
+template <typename Move> void move_elements(const TessHostApi& host, std::span<const Tensor* const> inputs,
+                                            std::span<Tensor* const> outputs, Move&& move,
+                                            const Tensor* fill = nullptr) {
     const int32_t type = inputs.empty() ? outputs.front()->type : inputs.front()->type;
     MoveBuffers buffers;
     if (const size_t es = element_size(type)) {
@@ -364,7 +365,8 @@ void move_elements(const TessHostApi& host, std::span<const Tensor* const> input
         std::vector<std::vector<uint8_t>> unpacked(inputs.size());
         for (size_t k = 0; k < inputs.size(); ++k) {
             unpacked[k].resize(size_t(inputs[k]->size()));
-            for (size_t i = 0; i < unpacked[k].size(); ++i) unpacked[k][i] = fp::load_packed(inputs[k]->data, bits, int64_t(i));
+            for (size_t i = 0; i < unpacked[k].size(); ++i)
+                unpacked[k][i] = fp::load_packed(inputs[k]->data, bits, int64_t(i));
             buffers.inputs.push_back(reinterpret_cast<const std::byte*>(unpacked[k].data()));
         }
         std::vector<std::vector<uint8_t>> results(outputs.size());
@@ -379,7 +381,8 @@ void move_elements(const TessHostApi& host, std::span<const Tensor* const> input
         for (size_t k = 0; k < outputs.size(); ++k) {
             if (results[k].empty()) continue;
             std::memset(outputs[k]->data, 0, element_bytes(type, size_t(outputs[k]->size())));
-            for (size_t i = 0; i < results[k].size(); ++i) fp::store_packed(outputs[k]->data, bits, int64_t(i), results[k][i]);
+            for (size_t i = 0; i < results[k].size(); ++i)
+                fp::store_packed(outputs[k]->data, bits, int64_t(i), results[k][i]);
         }
         return;
     }
@@ -387,11 +390,12 @@ void move_elements(const TessHostApi& host, std::span<const Tensor* const> input
 }
 
 // Single input, single output convenience form.
-template <typename Move>
-void move_elements(const TessHostApi& host, const Tensor& input, Tensor& output, Move&& move, const Tensor* fill = nullptr) {
+template <typename Move> void move_elements(const TessHostApi& host, const Tensor& input, Tensor& output, Move&& move,
+                                            const Tensor* fill = nullptr) {
     const Tensor* in[] = {&input};
     Tensor* out[] = {&output};
-    move_elements(host, std::span<const Tensor* const>(in), std::span<Tensor* const>(out), std::forward<Move>(move), fill);
+    move_elements(host, std::span<const Tensor* const>(in), std::span<Tensor* const>(out), std::forward<Move>(move),
+                  fill);
 }
 
 }  // namespace tessera::cpu::movement

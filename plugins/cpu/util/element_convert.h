@@ -39,9 +39,18 @@ template <typename Fn> void dispatch_value_type(int32_t type, Fn&& fn) {
 
 inline bool is_value_type(int32_t type) {
     switch (type) {
-        case TESS_ELEMENT_FLOAT32: case TESS_ELEMENT_FLOAT64: case TESS_ELEMENT_INT8: case TESS_ELEMENT_INT16:
-        case TESS_ELEMENT_INT32: case TESS_ELEMENT_INT64: case TESS_ELEMENT_UINT8: case TESS_ELEMENT_UINT16:
-        case TESS_ELEMENT_UINT32: case TESS_ELEMENT_UINT64: case TESS_ELEMENT_BOOL: case TESS_ELEMENT_FLOAT16:
+        case TESS_ELEMENT_FLOAT32:
+        case TESS_ELEMENT_FLOAT64:
+        case TESS_ELEMENT_INT8:
+        case TESS_ELEMENT_INT16:
+        case TESS_ELEMENT_INT32:
+        case TESS_ELEMENT_INT64:
+        case TESS_ELEMENT_UINT8:
+        case TESS_ELEMENT_UINT16:
+        case TESS_ELEMENT_UINT32:
+        case TESS_ELEMENT_UINT64:
+        case TESS_ELEMENT_BOOL:
+        case TESS_ELEMENT_FLOAT16:
         case TESS_ELEMENT_BFLOAT16: return true;
         default: return false;
     }
@@ -50,9 +59,16 @@ inline bool is_value_type(int32_t type) {
 // The formats converted through the block pipeline.
 inline bool is_special_format(int32_t type) {
     switch (type) {
-        case TESS_ELEMENT_FLOAT8E4M3FN: case TESS_ELEMENT_FLOAT8E4M3FNUZ: case TESS_ELEMENT_FLOAT8E5M2:
-        case TESS_ELEMENT_FLOAT8E5M2FNUZ: case TESS_ELEMENT_FLOAT8E8M0: case TESS_ELEMENT_FLOAT4E2M1:
-        case TESS_ELEMENT_UINT4: case TESS_ELEMENT_INT4: case TESS_ELEMENT_UINT2: case TESS_ELEMENT_INT2: return true;
+        case TESS_ELEMENT_FLOAT8E4M3FN:
+        case TESS_ELEMENT_FLOAT8E4M3FNUZ:
+        case TESS_ELEMENT_FLOAT8E5M2:
+        case TESS_ELEMENT_FLOAT8E5M2FNUZ:
+        case TESS_ELEMENT_FLOAT8E8M0:
+        case TESS_ELEMENT_FLOAT4E2M1:
+        case TESS_ELEMENT_UINT4:
+        case TESS_ELEMENT_INT4:
+        case TESS_ELEMENT_UINT2:
+        case TESS_ELEMENT_INT2: return true;
         default: return false;
     }
 }
@@ -83,7 +99,8 @@ template <typename D, typename S> inline D convert_value(S s) {
     } else if constexpr (std::is_same_v<D, Half>) {
         if constexpr (std::is_same_v<S, double>) return Half{fp::double_to_half(s)};
         // Integers that float rounds are far beyond float16's range, so going through float is exact enough.
-        else return Half{fp::float_to_half(float(s))};
+        else
+            return Half{fp::float_to_half(float(s))};
     } else if constexpr (std::is_same_v<D, BFloat16>) {
         if constexpr (std::is_same_v<S, float>) {
             return BFloat16{fp::float_to_bfloat16(s)};
@@ -183,7 +200,8 @@ inline void load_int64s(int32_t type, const void* data, int64_t begin, int64_t e
         });
     } else if (is_packed_integer(type)) {
         const int bits = fp::packed_bits(type);
-        for (int64_t i = begin; i < end; ++i) out[i - begin] = fp::packed_code_value(type, fp::load_packed(data, bits, i));
+        for (int64_t i = begin; i < end; ++i)
+            out[i - begin] = fp::packed_code_value(type, fp::load_packed(data, bits, i));
     } else {
         double buffer[256];
         for (int64_t b = begin; b < end; b += 256) {
@@ -214,7 +232,8 @@ inline void store_doubles(int32_t type, void* data, int64_t begin, int64_t end, 
             fp::store_packed(data, 4, i, uint8_t(fp::encode_minifloat(fp::kFloat4E2M1, in[i - begin], true)));
     } else if (const fp::MiniFloat* fmt = minifloat_of(type)) {
         auto* dst = static_cast<uint8_t*>(data);
-        for (int64_t i = begin; i < end; ++i) dst[i] = uint8_t(fp::encode_minifloat(*fmt, in[i - begin], options.saturate));
+        for (int64_t i = begin; i < end; ++i)
+            dst[i] = uint8_t(fp::encode_minifloat(*fmt, in[i - begin], options.saturate));
     } else if (is_packed_integer(type)) {
         const int bits = fp::packed_bits(type);
         for (int64_t i = begin; i < end; ++i)
@@ -314,14 +333,16 @@ inline std::string format_element(int32_t type, const void* data, int64_t index)
 // scientific notation, "inf", "infinity", "nan", any case, leading whitespace and '+').  Returns false when the
 // text is not a number.
 inline bool parse_element(std::string_view text, int32_t type, void* data, int64_t index, const CastOptions& options) {
-    while (!text.empty() && (text.front() == ' ' || text.front() == '\t' || text.front() == '\n')) text.remove_prefix(1);
+    while (!text.empty() && (text.front() == ' ' || text.front() == '\t' || text.front() == '\n'))
+        text.remove_prefix(1);
     while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\n')) text.remove_suffix(1);
     if (!text.empty() && text.front() == '+') text.remove_prefix(1);
     const char* first = text.data();
     const char* last = text.data() + text.size();
     // Integers stay exact when they are written as integers.
     const bool integer_target = is_value_type(type) && type != TESS_ELEMENT_FLOAT32 && type != TESS_ELEMENT_FLOAT64 &&
-                                type != TESS_ELEMENT_FLOAT16 && type != TESS_ELEMENT_BFLOAT16 && type != TESS_ELEMENT_BOOL;
+                                type != TESS_ELEMENT_FLOAT16 && type != TESS_ELEMENT_BFLOAT16 &&
+                                type != TESS_ELEMENT_BOOL;
     if (integer_target || is_packed_integer(type)) {
         int64_t as_int = 0;
         auto result = std::from_chars(first, last, as_int);
@@ -358,8 +379,8 @@ inline bool parse_element(std::string_view text, int32_t type, void* data, int64
             return true;
         }
     }
-    if (const fp::MiniFloat* fmt = minifloat_of(type); fmt && type != TESS_ELEMENT_FLOAT4E2M1 && options.saturate &&
-                                                        !std::isnan(value))
+    if (const fp::MiniFloat* fmt = minifloat_of(type);
+        fmt && type != TESS_ELEMENT_FLOAT4E2M1 && options.saturate && !std::isnan(value))
         value = std::clamp(value, -fmt->max_value(), fmt->max_value());
     store_doubles(type, data, index, index + 1, &value, options);
     return true;

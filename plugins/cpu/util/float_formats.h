@@ -90,7 +90,9 @@ struct MiniFloat {
 
     int total_bits() const { return 1 + exponent_bits + mantissa_bits; }
     uint32_t sign_bit() const { return 1u << (exponent_bits + mantissa_bits); }
-    int max_exponent_field() const { return specials == Specials::Ieee ? (1 << exponent_bits) - 2 : (1 << exponent_bits) - 1; }
+    int max_exponent_field() const {
+        return specials == Specials::Ieee ? (1 << exponent_bits) - 2 : (1 << exponent_bits) - 1;
+    }
     double max_value() const {
         int mantissa_max = (1 << mantissa_bits) - 1;
         if (specials == Specials::FiniteNan) mantissa_max -= 1;

@@ -2,9 +2,11 @@
 #include "util/gemm.h"
 
 #include <cblas.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -24,7 +26,8 @@ constexpr int64_t kColumnAlign = 16;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-template <typename T> void fill_scaled(T* C, int64_t ldc, int64_t rows, int64_t cols, T beta) {
+template <typename T>
+void fill_scaled(T* C, int64_t ldc, int64_t rows, int64_t cols, T beta) {
     for (int64_t m = 0; m < rows; ++m) {
         T* row = C + m * ldc;
         if (beta == T(0)) {
@@ -100,11 +103,9 @@ void blas_product(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T
     const auto ta = trans_a ? CblasTrans : CblasNoTrans;
     const auto tb = trans_b ? CblasTrans : CblasNoTrans;
     if constexpr (std::is_same_v<T, float>) {
-        cblas_sgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
-                    int(ldc));
+        cblas_sgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
     } else {
-        cblas_dgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
-                    int(ldc));
+        cblas_dgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
     }
 }
 
@@ -123,8 +124,8 @@ void check_gemm_dimensions(int64_t M, int64_t N, int64_t K) {
 }
 
 template <typename T>
-void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, std::type_identity_t<T> alpha,
-                 const T* A, int64_t lda, const T* B, int64_t ldb, std::type_identity_t<T> beta, T* C, int64_t ldc) {
+void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, std::type_identity_t<T> alpha, const T* A,
+                 int64_t lda, const T* B, int64_t ldb, std::type_identity_t<T> beta, T* C, int64_t ldc) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == T(0)) {
         fill_scaled(C, ldc, M, N, beta);
@@ -138,9 +139,9 @@ void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, st
 }
 
 template <typename T>
-void gemm(ThreadPool& pool, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-          std::type_identity_t<T> alpha, const T* A, int64_t lda, const T* B, int64_t ldb,
-          std::type_identity_t<T> beta, T* C, int64_t ldc, const GemmEpilogue& epilogue) {
+void gemm(ThreadPool& pool, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, std::type_identity_t<T> alpha,
+          const T* A, int64_t lda, const T* B, int64_t ldb, std::type_identity_t<T> beta, T* C, int64_t ldc,
+          const GemmEpilogue& epilogue) {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) check_blas_range(M, N, K, lda, ldb, ldc);
     if (M <= 0 || N <= 0) return;
 
@@ -194,6 +195,210 @@ std::optional<OwnedTensor> copy_constant_input(const NodeInfo& info, size_t inde
     std::optional<Tensor> constant = info.constant_tensor(index);
     if (!constant) return std::nullopt;
     return OwnedTensor(*constant);
+}
+
+// ---- Packed-filter products ------------------------------------------------------------------------------------
+
+namespace {
+
+// Depth processed per pass: a [kDepthBlock x width] block of B stays in L1 while every filter panel sweeps it.
+constexpr int64_t kDepthBlock = 256;
+// Column blocks per chunk: the C chunk (filter rows x kColumnChunkBlocks * width) stays in L2 across depth blocks.
+constexpr int64_t kColumnChunkBlocks = 16;
+
+// One register tile: rows x cols (<= kRows x 32) of C over `depth` steps; a is a filter panel [depth][kRows].  Row k
+// of B starts at b + row_offsets[k] (kTable) or b + k * ldb.  first_pass: start from the bias (or 0) instead of the
+// current C.  Every loop over the rows is unrolled so that the accumulators live in registers.
+template <int kRows, bool kTable>
+__attribute__((target("avx512f"))) void tile_avx512(int64_t depth, const float* a, const float* b, int64_t ldb,
+                                                    const int64_t* row_offsets, float* c, int64_t ldc, int64_t rows,
+                                                    int64_t cols, const float* bias, bool first_pass) {
+    const __mmask16 mask0 = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
+    const __mmask16 mask1 = cols >= 32 ? __mmask16(0xFFFF) : cols > 16 ? __mmask16((1u << (cols - 16)) - 1) : 0;
+    __m512 acc[kRows][2];
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) {
+        if (r < rows && !first_pass) {
+            acc[r][0] = _mm512_maskz_loadu_ps(mask0, c + r * ldc);
+            acc[r][1] = _mm512_maskz_loadu_ps(mask1, c + r * ldc + 16);
+        } else {
+            const __m512 init = _mm512_set1_ps(r < rows && bias != nullptr ? bias[r] : 0.0f);
+            acc[r][0] = init;
+            acc[r][1] = init;
+        }
+    }
+    for (int64_t k = 0; k < depth; ++k) {
+        const float* bk = kTable ? b + row_offsets[k] : b + k * ldb;
+        // Rows read through the table are scattered over the image: fetch the next column block's part of the
+        // row ahead of time (the next tile usually starts there).
+        if constexpr (kTable) _mm_prefetch(reinterpret_cast<const char*>(bk + 32), _MM_HINT_T0);
+        const __m512 b0 = _mm512_maskz_loadu_ps(mask0, bk);
+        const __m512 b1 = _mm512_maskz_loadu_ps(mask1, bk + 16);
+        const float* ak = a + k * kRows;
+#pragma GCC unroll 16
+        for (int r = 0; r < kRows; ++r) {
+            const __m512 av = _mm512_set1_ps(ak[r]);
+            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) {
+        if (r < rows) {
+            _mm512_mask_storeu_ps(c + r * ldc, mask0, acc[r][0]);
+            _mm512_mask_storeu_ps(c + r * ldc + 16, mask1, acc[r][1]);
+        }
+    }
+}
+
+// The AVX2 tile: rows x cols (<= kRows x 16), 16 registers in all.
+template <int kRows, bool kTable>
+__attribute__((target("avx2,fma"))) void tile_avx2(int64_t depth, const float* a, const float* b, int64_t ldb,
+                                                   const int64_t* row_offsets, float* c, int64_t ldc, int64_t rows,
+                                                   int64_t cols, const float* bias, bool first_pass) {
+    alignas(32) static const int32_t ramp[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    const __m256i lane = _mm256_load_si256(reinterpret_cast<const __m256i*>(ramp));
+    const __m256i mask0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(cols)), lane);
+    const __m256i mask1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(cols) - 8), lane);
+    __m256 acc[kRows][2];
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) {
+        if (r < rows && !first_pass) {
+            acc[r][0] = _mm256_maskload_ps(c + r * ldc, mask0);
+            acc[r][1] = _mm256_maskload_ps(c + r * ldc + 8, mask1);
+        } else {
+            const __m256 init = _mm256_set1_ps(r < rows && bias != nullptr ? bias[r] : 0.0f);
+            acc[r][0] = init;
+            acc[r][1] = init;
+        }
+    }
+    for (int64_t k = 0; k < depth; ++k) {
+        const float* bk = kTable ? b + row_offsets[k] : b + k * ldb;
+        const __m256 b0 = _mm256_maskload_ps(bk, mask0);
+        const __m256 b1 = _mm256_maskload_ps(bk + 8, mask1);
+        const float* ak = a + k * kRows;
+#pragma GCC unroll 16
+        for (int r = 0; r < kRows; ++r) {
+            const __m256 av = _mm256_broadcast_ss(ak + r);
+            acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) {
+        if (r < rows) {
+            _mm256_maskstore_ps(c + r * ldc, mask0, acc[r][0]);
+            _mm256_maskstore_ps(c + r * ldc + 8, mask1, acc[r][1]);
+        }
+    }
+}
+
+using TileFn = void (*)(int64_t, const float*, const float*, int64_t, const int64_t*, float*, int64_t, int64_t, int64_t,
+                        const float*, bool);
+
+struct TileKernel {
+    TileFn strided = nullptr;  // B rows a fixed stride apart
+    TileFn table = nullptr;    // B rows at tabulated offsets
+    int64_t rows = 0;          // rows per filter panel
+    int64_t cols = 0;          // columns per B panel
+};
+
+// AVX-512: 8 x 32 (16 accumulators; CNN channel counts are multiples of 8).  AVX2: 6 x 16 (12 of 16 registers).
+TileKernel select_tile_kernel() {
+    const char* cap = std::getenv("TESSERA_CPU_MAX_ISA");
+    const std::string max_isa = cap != nullptr ? cap : "";
+    if (max_isa == "none") return {};
+    if (max_isa != "avx2" && __builtin_cpu_supports("avx512f")) {
+        return {tile_avx512<8, false>, tile_avx512<8, true>, 8, 32};
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        return {tile_avx2<6, false>, tile_avx2<6, true>, 6, 16};
+    }
+    return {};
+}
+
+const TileKernel& tile_kernel() {
+    static const TileKernel kernel = select_tile_kernel();
+    return kernel;
+}
+
+}  // namespace
+
+bool packed_gemm_supported() { return tile_kernel().strided != nullptr; }
+int64_t packed_gemm_panel_rows() { return tile_kernel().rows; }
+int64_t packed_gemm_panel_width() { return tile_kernel().cols; }
+
+PackedFilters::PackedFilters(const float* A, int64_t rows, int64_t depth, int64_t lda)
+    : rows_(rows), depth_(depth), panel_rows_(std::max<int64_t>(1, packed_gemm_panel_rows())) {
+    data_.assign(static_cast<size_t>(panels() * depth * panel_rows_), 0.0f);
+    for (int64_t p = 0; p < panels(); ++p) {
+        float* dst = data_.data() + p * depth * panel_rows_;
+        for (int64_t r = 0; r < panel_rows_ && p * panel_rows_ + r < rows; ++r) {
+            const float* src = A + (p * panel_rows_ + r) * lda;
+            for (int64_t k = 0; k < depth; ++k) dst[k * panel_rows_ + r] = src[k];
+        }
+    }
+}
+
+namespace {
+
+// The loops around the micro-kernel.  Depth blocks outermost so that a [kDepthBlock x width] block of B stays in L1
+// while every filter panel sweeps it; each block after the first accumulates into C.  b_block(n0, k0) is where row
+// k0 of the B block starting at column n0 begins.
+template <typename BlockStart>
+void packed_gemm_loops(const PackedFilters& A, int64_t panel_begin, int64_t panel_end, TileFn fn, int64_t ldb,
+                       const int64_t* row_offsets, int64_t N, const float* bias, float* C, int64_t ldc,
+                       BlockStart&& b_block) {
+    const int64_t depth = A.depth(), width = tile_kernel().cols, panel_rows = A.panel_rows();
+    panel_end = std::min(panel_end, A.panels());
+    if (depth == 0) {
+        for (int64_t m = panel_begin * panel_rows; m < std::min(A.rows(), panel_end * panel_rows); ++m) {
+            std::fill(C + m * ldc, C + m * ldc + N, bias != nullptr ? bias[m] : 0.0f);
+        }
+        return;
+    }
+    // Columns go in chunks so that the chunk of C the depth blocks accumulate into stays in cache.  Within a depth
+    // block, the larger operand is streamed once: with more filter rows than columns, each filter panel sweeps every
+    // column block; otherwise each column block meets every filter panel.
+    const int64_t column_blocks = (N + width - 1) / width;
+    for (int64_t chunk = 0; chunk < column_blocks; chunk += kColumnChunkBlocks) {
+        const int64_t chunk_end = std::min(column_blocks, chunk + kColumnChunkBlocks);
+        const bool panels_outer = (panel_end - panel_begin) * panel_rows > (chunk_end - chunk) * width;
+        for (int64_t k0 = 0; k0 < depth; k0 += kDepthBlock) {
+            const int64_t kc = std::min(kDepthBlock, depth - k0);
+            const int64_t* offsets = row_offsets != nullptr ? row_offsets + k0 : nullptr;
+            auto tile = [&](int64_t p, int64_t block) {
+                const int64_t m0 = p * panel_rows, n0 = block * width;
+                fn(kc, A.panel(p) + k0 * panel_rows, b_block(n0, k0), ldb, offsets, C + m0 * ldc + n0, ldc,
+                   std::min(panel_rows, A.rows() - m0), std::min(width, N - n0), bias != nullptr ? bias + m0 : nullptr,
+                   k0 == 0);
+            };
+            if (panels_outer) {
+                for (int64_t p = panel_begin; p < panel_end; ++p) {
+                    for (int64_t block = chunk; block < chunk_end; ++block) tile(p, block);
+                }
+            } else {
+                for (int64_t block = chunk; block < chunk_end; ++block) {
+                    for (int64_t p = panel_begin; p < panel_end; ++p) tile(p, block);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+
+void packed_gemm(const PackedFilters& A, int64_t panel_begin, int64_t panel_end, const float* B, int64_t N,
+                 const float* bias, float* C, int64_t ldc) {
+    const int64_t depth = A.depth(), width = tile_kernel().cols;
+    packed_gemm_loops(A, panel_begin, panel_end, tile_kernel().strided, width, nullptr, N, bias, C, ldc,
+                      [&](int64_t n0, int64_t k0) { return B + n0 * depth + k0 * width; });
+}
+
+void packed_gemm_rows(const PackedFilters& A, int64_t panel_begin, int64_t panel_end, const float* B,
+                      const int64_t* row_offsets, int64_t N, const float* bias, float* C, int64_t ldc) {
+    packed_gemm_loops(A, panel_begin, panel_end, tile_kernel().table, 0, row_offsets, N, bias, C, ldc,
+                      [&](int64_t n0, int64_t) { return B + n0; });
 }
 
 MatMulPlan plan_matmul(const Shape& a, const Shape& b, std::string_view op) {
@@ -259,7 +464,8 @@ MatMulPlan plan_matmul(const Shape& a, const Shape& b, std::string_view op) {
     return plan;
 }
 
-template <typename T> void run_matmul(ThreadPool& pool, const MatMulPlan& plan, const T* A, const T* B, T* C) {
+template <typename T>
+void run_matmul(ThreadPool& pool, const MatMulPlan& plan, const T* A, const T* B, T* C) {
     const int64_t M = plan.M, N = plan.N, K = plan.K;
     if (plan.batch == 0 || M == 0 || N == 0) return;
     if (plan.fold_batch_into_rows) {
@@ -275,8 +481,8 @@ template <typename T> void run_matmul(ThreadPool& pool, const MatMulPlan& plan, 
         const int64_t grain = std::max<int64_t>(1, kWorkPerTask / product_work);
         pool.parallel_for(plan.batch, grain, [&](int64_t first, int64_t last) {
             for (int64_t p = first; p < last; ++p) {
-                gemm_serial<T>(false, false, M, N, K, T(1), A + plan.a_offsets[p], K, B + plan.b_offsets[p], N,
-                               T(0), C + p * M * N, N);
+                gemm_serial<T>(false, false, M, N, K, T(1), A + plan.a_offsets[p], K, B + plan.b_offsets[p], N, T(0),
+                               C + p * M * N, N);
             }
         });
         return;
@@ -287,11 +493,11 @@ template <typename T> void run_matmul(ThreadPool& pool, const MatMulPlan& plan, 
     }
 }
 
-#define TESSERA_INSTANTIATE_GEMM(T)                                                                              \
-    template void gemm<T>(ThreadPool&, bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*,   \
-                          int64_t, T, T*, int64_t, const GemmEpilogue&);                                       \
-    template void gemm_serial<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t, \
-                                 T, T*, int64_t);                                                              \
+#define TESSERA_INSTANTIATE_GEMM(T)                                                                                    \
+    template void gemm<T>(ThreadPool&, bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t, \
+                          T, T*, int64_t, const GemmEpilogue&);                                                        \
+    template void gemm_serial<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t, T,    \
+                                 T*, int64_t);                                                                         \
     template void run_matmul<T>(ThreadPool&, const MatMulPlan&, const T*, const T*, T*);
 TESSERA_INSTANTIATE_GEMM(float)
 TESSERA_INSTANTIATE_GEMM(double)

@@ -3,8 +3,8 @@
 // Other element types (integer MatMul/Gemm) use a plain loop.
 #pragma once
 
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <type_traits>
@@ -37,14 +37,14 @@ void check_gemm_dimensions(int64_t M, int64_t N, int64_t K);
 // The same on the calling thread only, for use inside a parallel region.  Never throws (the caller validated the
 // dimensions).
 template <typename T>
-void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, std::type_identity_t<T> alpha,
-                 const T* A, int64_t lda, const T* B, int64_t ldb, std::type_identity_t<T> beta, T* C, int64_t ldc);
+void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, std::type_identity_t<T> alpha, const T* A,
+                 int64_t lda, const T* B, int64_t ldb, std::type_identity_t<T> beta, T* C, int64_t ldc);
 
 // True for the element types gemm()/gemm_serial() are instantiated for.
 template <typename T>
 inline constexpr bool kGemmSupported =
-    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t> ||
-    std::is_same_v<T, int64_t> || std::is_same_v<T, uint32_t> || std::is_same_v<T, uint64_t>;
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t> ||
+    std::is_same_v<T, uint32_t> || std::is_same_v<T, uint64_t>;
 
 // A constant input (weights) that a kernel copies when it is created: the graph view holding the constant lives
 // only for the compile call.  Moving keeps the view valid; copying is disabled.
@@ -66,6 +66,50 @@ private:
 // A copy of input `index` when the node binds it to a constant; nullopt otherwise.
 std::optional<OwnedTensor> copy_constant_input(const NodeInfo& info, size_t index);
 
+// ---- Packed-filter products (float) ---------------------------------------------------------------------------
+// Convolution-shaped products C[M, N] = A[M, K] x B[K, N] (+ a bias per row), where A (the filters) is packed once
+// into panels of packed_gemm_panel_rows() rows and B (an im2col matrix) is produced directly in the column-panel
+// layout the micro-kernel reads (see im2col_panels), so that B is never copied a second time as a BLAS call would.
+// Hand-vectorized for AVX-512 and for AVX2+FMA; packed_gemm_supported() says whether this CPU has either
+// (otherwise use gemm()).  TESSERA_CPU_MAX_ISA=avx2|none in the environment caps the choice (for testing).
+
+bool packed_gemm_supported();
+// Rows per filter panel and columns per B panel for this CPU's micro-kernel (0 when unsupported).
+int64_t packed_gemm_panel_rows();
+int64_t packed_gemm_panel_width();
+
+class PackedFilters {
+public:
+    PackedFilters() = default;
+    // A is row-major [rows, depth] with row stride lda.
+    PackedFilters(const float* A, int64_t rows, int64_t depth, int64_t lda);
+
+    int64_t rows() const { return rows_; }
+    int64_t depth() const { return depth_; }
+    int64_t panel_rows() const { return panel_rows_; }
+    int64_t panels() const { return (rows_ + panel_rows_ - 1) / panel_rows_; }
+    // Panel p: [depth][panel_rows], rows past the end zero.
+    const float* panel(int64_t p) const { return data_.data() + p * depth_ * panel_rows_; }
+
+private:
+    int64_t rows_ = 0;
+    int64_t depth_ = 0;
+    int64_t panel_rows_ = 1;
+    std::vector<float> data_;
+};
+
+// Rows [panel_begin, panel_end) * panel_rows (clipped to A.rows()) of C, columns [0, N):
+// C[m, n] = (bias ? bias[m] : 0) + sum_k A[m, k] * B[k, n], B in panel layout with packed_gemm_panel_width()
+// columns per panel (column n of row k at B[(n / w) * K * w + k * w + n % w]).  On the calling thread; never throws.
+void packed_gemm(const PackedFilters& A, int64_t panel_begin, int64_t panel_end, const float* B, int64_t N,
+                 const float* bias, float* C, int64_t ldc);
+
+// The same with B given by rows: element (k, n) is B[row_offsets[k] + n].  Convolutions with unit strides read
+// their columns straight from a padded image this way (row k = one channel and kernel tap), with no im2col.
+// Reads up to packed_gemm_panel_width() - 1 elements past column N - 1 of a row only through masked loads.
+void packed_gemm_rows(const PackedFilters& A, int64_t panel_begin, int64_t panel_end, const float* B,
+                      const int64_t* row_offsets, int64_t N, const float* bias, float* C, int64_t ldc);
+
 // ONNX/numpy MatMul shapes: 1-D operands are promoted (A to [1,K], B to [K,1]) and the promoted dimension removed
 // from the result; batch dimensions broadcast.
 struct MatMulPlan {
@@ -81,6 +125,7 @@ struct MatMulPlan {
 MatMulPlan plan_matmul(const Shape& a, const Shape& b, std::string_view op = "MatMul");
 
 // C (output_shape of the plan, contiguous) = A @ B.
-template <typename T> void run_matmul(ThreadPool& pool, const MatMulPlan& plan, const T* A, const T* B, T* C);
+template <typename T>
+void run_matmul(ThreadPool& pool, const MatMulPlan& plan, const T* A, const T* B, T* C);
 
 }  // namespace tessera::cpu

@@ -114,8 +114,9 @@ WindowGeometry resolve_window(std::string_view op_name, const WindowAttributes& 
             }
         }
         if (out <= 0) {
-            throw KernelError(op + ": input spatial shape " + shape_string(input_spatial) + " is too small for kernel " +
-                              shape_string(kernel) + " (output dimension " + std::to_string(out) + ")");
+            throw KernelError(op + ": input spatial shape " + shape_string(input_spatial) +
+                              " is too small for kernel " + shape_string(kernel) + " (output dimension " +
+                              std::to_string(out) + ")");
         }
         g.output[d] = out;
     }
@@ -187,59 +188,76 @@ void for_each_row_run(const WindowGeometry& g, int64_t kernel_index, int64_t pos
     }
 }
 
-// Rows [row_begin, row_end) and output positions [position_begin, position_end) of the column matrix, written to
-// col with row stride ld (col points at the block's first element).
+// Rows [row_begin, row_end) (of rows_total) and output positions [position_begin, position_end) of the column
+// matrix, in the panel layout described at im2col_tile (relative to position_begin).
 template <typename T>
-void im2col_block(const WindowGeometry& g, const T* image, int64_t row_begin, int64_t row_end, int64_t position_begin,
-                  int64_t position_end, T* col, int64_t ld) {
+void im2col_block(const WindowGeometry& g, const T* image, int64_t rows_total, int64_t row_begin, int64_t row_end,
+                  int64_t position_begin, int64_t position_end, T* col, int64_t panel) {
     const int64_t kernel_size = g.kernel_size(), in_size = g.input_size();
     const int64_t stride = g.strides.back();
     std::vector<int64_t> scratch(3 * g.rank());
     for (int64_t row = row_begin; row < row_end; ++row) {
         const T* img = image + (row / kernel_size) * in_size;
-        T* dst = col + (row - row_begin) * ld;
         for_each_row_run(g, row % kernel_size, position_begin, position_end, scratch.data(),
                          [&](int64_t run_start, int64_t lo, int64_t hi, TapRange taps, int64_t in_offset) {
-                             // Position run_start + o lands at dst[o + shift]; only o in [lo, hi) are touched.
-                             const int64_t shift = run_start - position_begin;
-                             std::fill(dst + (lo + shift), dst + (taps.first + shift), T(0));
-                             if (taps.first == taps.last) {
-                                 std::fill(dst + (taps.first + shift), dst + (hi + shift), T(0));
-                                 return;
-                             }
-                             if (stride == 1) {
-                                 std::copy(img + (in_offset + taps.first), img + (in_offset + taps.last),
-                                           dst + (taps.first + shift));
-                             } else {
-                                 for (int64_t o = taps.first; o < taps.last; ++o) {
-                                     dst[o + shift] = img[in_offset + o * stride];
+                             // Positions run_start + o for o in [from, to) go to d[o - from]: padding, image, padding.
+                             auto write = [&](T* d, int64_t from, int64_t to) {
+                                 const int64_t t0 = std::clamp(taps.first, from, to),
+                                               t1 = std::clamp(taps.last, t0, to);
+                                 std::fill(d, d + (t0 - from), T(0));
+                                 if (t1 > t0) {
+                                     if (stride == 1) {
+                                         std::copy(img + (in_offset + t0), img + (in_offset + t1), d + (t0 - from));
+                                     } else {
+                                         for (int64_t o = t0; o < t1; ++o) d[o - from] = img[in_offset + o * stride];
+                                     }
                                  }
+                                 std::fill(d + (t1 - from), d + (to - from), T(0));
+                             };
+                             // Split the run where it crosses from one panel into the next.
+                             for (int64_t o = lo; o < hi;) {
+                                 const int64_t n = run_start - position_begin + o;
+                                 const int64_t within = n % panel;
+                                 const int64_t end = std::min(hi, o + (panel - within));
+                                 write(col + (n / panel) * rows_total * panel + row * panel + within, o, end);
+                                 o = end;
                              }
-                             std::fill(dst + (taps.last + shift), dst + (hi + shift), T(0));
                          });
     }
+}
+
+// The whole column matrix in the panel layout, rows split across the pool.
+template <typename T>
+void im2col_all(ThreadPool& pool, const WindowGeometry& g, const T* image, int64_t channels, T* col, int64_t panel) {
+    const int64_t rows = channels * g.kernel_size(), out_size = g.output_size();
+    if (out_size == 0) return;
+    const int64_t grain = std::max<int64_t>(1, 16384 / out_size);
+    if (rows <= grain || pool.size() <= 1) {
+        im2col_block(g, image, rows, 0, rows, 0, out_size, col, panel);
+        return;
+    }
+    pool.parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+        im2col_block(g, image, rows, begin, end, 0, out_size, col, panel);
+    });
 }
 
 }  // namespace
 
 template <typename T>
 void im2col(ThreadPool& pool, const WindowGeometry& g, const T* image, int64_t channels, T* col) {
-    const int64_t rows = channels * g.kernel_size(), out_size = g.output_size();
-    if (out_size == 0) return;
-    const int64_t grain = std::max<int64_t>(1, 16384 / out_size);
-    if (rows <= grain || pool.size() <= 1) {
-        im2col_block(g, image, 0, rows, 0, out_size, col, out_size);
-        return;
-    }
-    pool.parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
-        im2col_block(g, image, begin, end, 0, out_size, col + begin * out_size, out_size);
-    });
+    im2col_all(pool, g, image, channels, col, std::max<int64_t>(1, g.output_size()));
+}
+
+template <typename T>
+void im2col_panels(ThreadPool& pool, const WindowGeometry& g, const T* image, int64_t channels, T* col, int64_t panel) {
+    im2col_all(pool, g, image, channels, col, panel);
 }
 
 template <typename T>
 void im2col_tile(const WindowGeometry& g, const T* image, int64_t channels, int64_t position_begin,
-                 int64_t position_end, T* col, int64_t ld) {
-    im2col_block(g, image, 0, channels * g.kernel_size(), position_begin, position_end, col, ld);
+                 int64_t position_end, T* col, int64_t panel) {
+    const int64_t rows = channels * g.kernel_size();
+    im2col_block(g, image, rows, 0, rows, position_begin, position_end, col, panel);
 }
 
 template <typename T>
@@ -263,9 +281,9 @@ void col2im_channels(const WindowGeometry& g, const T* col, int64_t channel_begi
 }
 
 template void im2col_tile<float>(const WindowGeometry&, const float*, int64_t, int64_t, int64_t, float*, int64_t);
-template void im2col_tile<double>(const WindowGeometry&, const double*, int64_t, int64_t, int64_t, double*,
-                                  int64_t);
+template void im2col_tile<double>(const WindowGeometry&, const double*, int64_t, int64_t, int64_t, double*, int64_t);
 template void im2col<float>(ThreadPool&, const WindowGeometry&, const float*, int64_t, float*);
+template void im2col_panels<float>(ThreadPool&, const WindowGeometry&, const float*, int64_t, float*, int64_t);
 template void im2col<double>(ThreadPool&, const WindowGeometry&, const double*, int64_t, double*);
 template void col2im_channels<float>(const WindowGeometry&, const float*, int64_t, int64_t, float*);
 template void col2im_channels<double>(const WindowGeometry&, const double*, int64_t, int64_t, double*);

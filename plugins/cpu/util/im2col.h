@@ -69,11 +69,20 @@ TapRange taps_inside(int64_t start, int64_t count, int64_t step, int64_t extent)
 template <typename T>
 void im2col(ThreadPool& pool, const WindowGeometry& g, const T* image, int64_t channels, T* col);
 
-// Output positions (columns) [position_begin, position_end) of the column matrix, every row, on the calling thread,
-// written with row stride ld: the tile a worker multiplies while it is still in cache.
+// Column matrices in panel layout: the columns are cut into panels of `panel` columns, each panel stored as
+// [rows][panel] (contiguous), panels one after another; column n of row r lives at
+// col[(n / panel) * rows * panel + r * panel + n % panel].  A panel at least as wide as the matrix is the plain
+// row-major layout with row stride `panel`.  The last panel's columns past the end are not written.
+
+// The whole matrix, rows split across the pool.
+template <typename T>
+void im2col_panels(ThreadPool& pool, const WindowGeometry& g, const T* image, int64_t channels, T* col, int64_t panel);
+
+// Output positions (columns) [position_begin, position_end), every row, on the calling thread: the tile a worker
+// multiplies while it is still in cache.  Column n of the tile is output position position_begin + n.
 template <typename T>
 void im2col_tile(const WindowGeometry& g, const T* image, int64_t channels, int64_t position_begin,
-                 int64_t position_end, T* col, int64_t ld);
+                 int64_t position_end, T* col, int64_t panel);
 
 // col2im for channels [channel_begin, channel_end): image[c] += the column rows of channel c scattered back to
 // their window positions (taps in the padding are dropped).  Channels touch disjoint parts of the image, so callers

@@ -59,7 +59,8 @@ inline OwnedValue create_tensor(const TessHostApi& host, int32_t type, const Sha
 inline OwnedValue copy_tensor(const TessHostApi& host, const Tensor& tensor) {
     OwnedValue copy = create_tensor(host, tensor.type, tensor.shape);
     if (tensor.type == TESS_ELEMENT_STRING) {
-        for (int64_t i = 0; i < tensor.size(); ++i) set_string(host, copy.get(), size_t(i), get_string(host, tensor.value, size_t(i)));
+        for (int64_t i = 0; i < tensor.size(); ++i)
+            set_string(host, copy.get(), size_t(i), get_string(host, tensor.value, size_t(i)));
     } else if (const size_t bytes = host.tensor_byte_size(copy.get())) {
         std::memcpy(host.tensor_data(copy.get()), tensor.data, bytes);
     }

@@ -66,6 +66,8 @@ template <typename Body> void run_best_isa(const Body& body) {
 [[gnu::always_inline]] inline Vf max(Vf a, Vf b) { return a > b ? a : b; }
 [[gnu::always_inline]] inline Vf min(Vf a, Vf b) { return a < b ? a : b; }
 [[gnu::always_inline]] inline Vf abs(Vf x) { return reinterpret_cast<Vf>(reinterpret_cast<Vi>(x) & 0x7fffffff); }
+// Tested on the bits: GCC splits a vector x != x into one scalar compare per lane.
+[[gnu::always_inline]] inline Vi is_nan(Vf x) { return (reinterpret_cast<Vi>(x) & 0x7fffffff) > 0x7f800000; }
 
 [[gnu::always_inline]] inline Vf load(const float* p) {
     Vf v;
@@ -125,7 +127,7 @@ template <typename Body> void run_best_isa(const Body& body) {
     Vf result = p * reinterpret_cast<Vf>(exponent);
     result = select(x < kMin, Vf{}, result);
     result = select(x > kMax, splat(__builtin_inff()), result);
-    return x != x ? x : result;  // NaN in, NaN out (the clamps above would have replaced it)
+    return select(is_nan(x), x, result);  // NaN in, NaN out (the clamps above would have replaced it)
 }
 
 // 1 / (1 + e^-x); saturates cleanly to 0 and 1.
@@ -149,7 +151,7 @@ template <typename Body> void run_best_isa(const Body& body) {
     q = q * x2 + 2.26843463243900e-03f;
     q = q * x2 + 4.89352518554385e-03f;
     const Vf result = p / q;
-    return select(abs(x) < 0.0004f, x, select(x != x, x, result));
+    return select(abs(x) < 0.0004f, x, select(is_nan(x), x, result));
 }
 
 // erfc(z) for z >= 0 (Numerical Recipes' erfcc Chebyshev fit: relative error ~1e-7 in exact arithmetic).
@@ -184,7 +186,7 @@ template <typename Body> void run_best_isa(const Body& body) {
     const Vf magnitude = select(a < 0.5f, s, far);
     const Vi sign = reinterpret_cast<Vi>(x) & static_cast<int32_t>(0x80000000u);
     const Vf result = reinterpret_cast<Vf>(reinterpret_cast<Vi>(magnitude) | sign);
-    return select(x != x, x, result);
+    return select(is_nan(x), x, result);
 }
 
 // GELU with the exact erf form: x/2 * (1 + erf(x/sqrt2)), using erfc directly for x < 0 so that the small
@@ -192,7 +194,7 @@ template <typename Body> void run_best_isa(const Body& body) {
 [[gnu::always_inline]] inline Vf gelu(Vf x) {
     const Vf c = erfc_nonnegative(abs(x) * 0.70710678118654752f);
     const Vf result = select(x < 0.0f, 0.5f * x * c, x - 0.5f * x * c);
-    return select(x != x, x, result);
+    return select(is_nan(x), x, result);
 }
 
 // GELU with the tanh approximation; 1 + tanh(u) = 2 * sigmoid(2u) avoids cancellation for x < 0.
