@@ -131,6 +131,7 @@ struct Log {
 };
 struct Sqrt {
     template <typename T> T operator()(T x) const { return std::sqrt(x); }
+    [[gnu::always_inline]] vec::Vf vec(vec::Vf x) const { return vec::sqrt(x); }
 };
 struct Reciprocal {
     template <typename T> T operator()(T x) const { return T(1) / x; }

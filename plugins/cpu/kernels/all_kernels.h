@@ -19,6 +19,8 @@ void register_tensor_kernels(KernelRegistry& registry);         // kernels/tenso
 void register_sequence_kernels(KernelRegistry& registry);       // kernels/sequence.cc
 void register_string_kernels(KernelRegistry& registry);         // kernels/string_ops.cc
 
+void register_control_flow_kernels(KernelRegistry& registry);  // kernels/control_flow.cc: If, Loop, Scan, SequenceMap
+
 void register_all_kernels(KernelRegistry& registry);
 
 }  // namespace tessera::cpu

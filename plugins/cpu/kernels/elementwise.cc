@@ -458,19 +458,19 @@ public:
         const BroadcastPlan plan("Where", {&cond.shape, &x.shape, &y.shape});
         Tensor& out = ctx.output(0, x.type, plan.output_shape());
         auto run = [&]<typename U>() {
-            const bool* c = cond.ptr<bool>();
+            const uint8_t* c = static_cast<const uint8_t*>(cond.data);  // bools are bytes holding 0 or 1
             const U* px = static_cast<const U*>(x.data);
             const U* py = static_cast<const U*>(y.data);
             U* po = static_cast<U*>(out.data);
             const int64_t sc = plan.inner_contiguous(0), sx = plan.inner_contiguous(1), sy = plan.inner_contiguous(2);
             for_each_broadcast_run<3>(plan, &ctx.pool(), [&](int64_t o, const std::array<int64_t, 3>& in,
                                                              int64_t count) {
-                const bool* pc = c + in[0];
+                const uint8_t* pc = c + in[0];
                 const U* a = px + in[1];
                 const U* b = py + in[2];
                 U* r = po + o;
                 // A bit-mask select: GCC does not vectorize `c ? x : y` with a bool condition and wider elements.
-                auto pick = [](bool c, U x, U y) {
+                auto pick = [](uint8_t c, U x, U y) {
                     const U mask = static_cast<U>(U(0) - static_cast<U>(c));
                     return static_cast<U>((x & mask) | (y & static_cast<U>(~mask)));
                 };

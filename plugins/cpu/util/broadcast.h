@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "kernel.h"
+#include "util/vec_math.h"
 
 namespace tessera::cpu {
 
@@ -156,18 +157,26 @@ void broadcast_binary(const BroadcastPlan& plan, const A* a, const B* b, Out* ou
                 const A* pa = a + in[0];
                 const B* pb = b + in[1];
                 Out* po = out + o;
-                if constexpr (a_is_vec && b_is_vec) {
-                    for (int64_t k = 0; k < count; ++k) po[k] = op(pa[k], pb[k]);
-                } else if constexpr (a_is_vec) {
-                    const B vb = *pb;
-                    for (int64_t k = 0; k < count; ++k) po[k] = op(pa[k], vb);
-                } else if constexpr (b_is_vec) {
-                    const A va = *pa;
-                    for (int64_t k = 0; k < count; ++k) po[k] = op(va, pb[k]);
-                } else {
-                    const Out v = op(*pa, *pb);
-                    for (int64_t k = 0; k < count; ++k) po[k] = v;
+                auto loop = [&] {
+                    if constexpr (a_is_vec && b_is_vec) {
+                        for (int64_t k = 0; k < count; ++k) po[k] = op(pa[k], pb[k]);
+                    } else if constexpr (a_is_vec) {
+                        const B vb = *pb;
+                        for (int64_t k = 0; k < count; ++k) po[k] = op(pa[k], vb);
+                    } else if constexpr (b_is_vec) {
+                        const A va = *pa;
+                        for (int64_t k = 0; k < count; ++k) po[k] = op(va, pb[k]);
+                    } else {
+                        const Out v = op(*pa, *pb);
+                        for (int64_t k = 0; k < count; ++k) po[k] = v;
+                    }
+                };
+                // Float selects (max, PRelu, ...) only vectorize in the AVX-512 build (see util/vec_math.h),
+                // and wider vectors help in-cache data anyway; a short run is not worth the dispatch.
+                if constexpr (std::is_floating_point_v<A> || std::is_floating_point_v<Out>) {
+                    if (count >= 64) return vec::run_best_isa(loop);
                 }
+                loop();
             },
             grain);
     };

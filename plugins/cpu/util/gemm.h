@@ -1,6 +1,10 @@
-// CPU provider: matrix products.  Float and double go to OpenBLAS, which runs single-threaded: the parallelism
-// comes from splitting the product across the session's pool, so that a session has exactly one set of threads.
-// Other element types (integer MatMul/Gemm) use a plain loop.
+// CPU provider: matrix products.
+//  - gemm(): float and double go to OpenBLAS, which runs single-threaded: the parallelism comes from splitting the
+//    product across the session's pool, so that a session has exactly one set of threads.  Other element types
+//    (integer MatMul/Gemm) use a plain loop.
+//  - packed_gemm*(): hand-vectorized float micro-kernels for convolutions (filters packed once, columns read in
+//    place), see below.
+//  - MatMul broadcasting plans, and OwnedTensor for the constants kernels keep.
 #pragma once
 
 #include <cstddef>
@@ -40,11 +44,7 @@ template <typename T>
 void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, std::type_identity_t<T> alpha, const T* A,
                  int64_t lda, const T* B, int64_t ldb, std::type_identity_t<T> beta, T* C, int64_t ldc);
 
-// True for the element types gemm()/gemm_serial() are instantiated for.
-template <typename T>
-inline constexpr bool kGemmSupported =
-    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t> ||
-    std::is_same_v<T, uint32_t> || std::is_same_v<T, uint64_t>;
+// gemm() and gemm_serial() exist for float, double, int32, int64, uint32 and uint64.
 
 // A constant input (weights) that a kernel copies when it is created: the graph view holding the constant lives
 // only for the compile call.  Moving keeps the view valid; copying is disabled.
@@ -104,8 +104,8 @@ private:
 void packed_gemm(const PackedFilters& A, int64_t panel_begin, int64_t panel_end, const float* B, int64_t N,
                  const float* bias, float* C, int64_t ldc);
 
-// The same with B given by rows: element (k, n) is B[row_offsets[k] + n].  Convolutions with unit strides read
-// their columns straight from a padded image this way (row k = one channel and kernel tap), with no im2col.
+// The same with B given by rows: element (k, n) is B[row_offsets[k] + n].  2-D convolutions read their columns
+// straight from (phase planes of) the padded image this way (row k = one channel and kernel tap), with no im2col.
 // Reads up to packed_gemm_panel_width() - 1 elements past column N - 1 of a row only through masked loads.
 void packed_gemm_rows(const PackedFilters& A, int64_t panel_begin, int64_t panel_end, const float* B,
                       const int64_t* row_offsets, int64_t N, const float* bias, float* C, int64_t ldc);

@@ -16,6 +16,8 @@
 // must be inline (the functions here are).
 #pragma once
 
+#include <immintrin.h>
+
 #include <cstdint>
 #include <cstring>
 
@@ -103,6 +105,19 @@ template <typename Body> void run_best_isa(const Body& body) {
     float m = v[0];
     for (int i = 1; i < kLanes; ++i) m = v[i] > m ? v[i] : m;
     return m;
+}
+
+// IEEE square root with SSE's sqrtps (part of every x86-64), since sqrt calls are not vectorized while errno
+// handling is on.
+[[gnu::always_inline]] inline Vf sqrt(Vf x) {
+    Vf result;
+    for (int i = 0; i < kLanes; i += 4) {
+        __m128 part;
+        std::memcpy(&part, reinterpret_cast<const float*>(&x) + i, sizeof part);
+        part = _mm_sqrt_ps(part);
+        std::memcpy(reinterpret_cast<float*>(&result) + i, &part, sizeof part);
+    }
+    return result;
 }
 
 // ---- Transcendentals -----------------------------------------------------------------------------------------
