@@ -91,6 +91,7 @@ struct Workspace {
     std::vector<size_t> bytes;         // per value with its own buffer: bytes used this run
     std::vector<TessValue*> owned;     // values created during the run, released after it
     std::vector<void*> heap;           // buffers outside the arena, freed after the run
+    std::vector<int64_t> key;          // this run's plan key (capacity reused across runs)
     void* arena = nullptr;
     size_t arena_bytes = 0;
 
@@ -344,18 +345,17 @@ void CompiledGraph::release(std::unique_ptr<Workspace> ws) const {
     free_workspaces_.push_back(std::move(ws));
 }
 
-std::string CompiledGraph::signature(const std::vector<Binding>& inputs) {
-    std::string sig;
+void CompiledGraph::signature(const std::vector<Binding>& inputs, std::vector<int64_t>& key) {
+    key.clear();
     for (const Binding& b : inputs) {
         if (!b.present || (b.value != nullptr && host().value_kind(b.value) != TESS_VALUE_TENSOR)) {
-            sig += b.present ? "v;" : "-;";
+            key.push_back(-1);
             continue;
         }
-        sig += std::to_string(b.tensor.type);
-        for (int64_t d : b.tensor.shape) sig += "," + std::to_string(d);
-        sig += ";";
+        key.push_back(b.tensor.type);
+        key.push_back(static_cast<int64_t>(b.tensor.shape.size()));
+        key.insert(key.end(), b.tensor.shape.begin(), b.tensor.shape.end());
     }
-    return sig;
 }
 
 namespace {
@@ -424,11 +424,11 @@ void CompiledGraph::run(const std::vector<Binding>& inputs, OutputSink& outputs,
         ws->tensors[id] = b.tensor;
     }
 
-    std::string sig = signature(inputs);
+    signature(inputs, ws->key);
     std::shared_ptr<const MemoryPlan> plan;
     {
         std::lock_guard lock(mutex_);
-        auto it = plans_.find(sig);
+        auto it = plans_.find(ws->key);
         if (it != plans_.end()) plan = it->second;
     }
     if (plan && ws->arena_bytes < plan->arena_bytes) {
@@ -470,7 +470,7 @@ void CompiledGraph::run(const std::vector<Binding>& inputs, OutputSink& outputs,
         for (size_t id = 0; id < values_.size(); ++id) producer[id] = values_[id].producer;
         auto recorded = build_plan(*ws, producer);
         std::lock_guard lock(mutex_);
-        plans_.emplace(sig, std::move(recorded));
+        plans_.emplace(ws->key, std::move(recorded));
     }
 }
 

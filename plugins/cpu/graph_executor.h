@@ -91,7 +91,8 @@ private:
 
     std::unique_ptr<Workspace> acquire() const;
     void release(std::unique_ptr<Workspace> ws) const;
-    static std::string signature(const std::vector<Binding>& inputs);
+    // The plan key of a run: element type and shape of every input (-1 marks an absent or non-tensor input).
+    static void signature(const std::vector<Binding>& inputs, std::vector<int64_t>& key);
 
     std::vector<ValueInfo> values_;
     std::vector<Step> steps_;
@@ -101,7 +102,7 @@ private:
 
     mutable std::mutex mutex_;
     mutable std::vector<std::unique_ptr<Workspace>> free_workspaces_;
-    mutable std::map<std::string, std::shared_ptr<const MemoryPlan>> plans_;
+    mutable std::map<std::vector<int64_t>, std::shared_ptr<const MemoryPlan>> plans_;
 };
 
 // Compiles a subgraph body with the provider's kernel registry (for control-flow kernels).

@@ -40,10 +40,10 @@ struct HarnessValue {
     int32_t kind = TESS_VALUE_TENSOR;
     int32_t element_type = TESS_ELEMENT_UNDEFINED;
     Shape dims;
-    std::vector<std::byte> bytes;                       // tensor data (not strings)
-    std::vector<std::string> strings;                   // string tensors
-    std::vector<std::unique_ptr<HarnessValue>> items;   // sequence items; optional content (0 or 1 item)
-    bool has_value = false;                             // optionals
+    std::vector<std::byte> bytes;                      // tensor data (not strings)
+    std::vector<std::string> strings;                  // string tensors
+    std::vector<std::unique_ptr<HarnessValue>> items;  // sequence items; optional content (0 or 1 item)
+    bool has_value = false;                            // optionals
 
     int64_t element_count() const { return shape_size(dims); }
 };
@@ -65,20 +65,26 @@ inline size_t harness_element_size(int32_t type) {
         case TESS_ELEMENT_FLOAT8E4M3FNUZ:
         case TESS_ELEMENT_FLOAT8E5M2:
         case TESS_ELEMENT_FLOAT8E5M2FNUZ:
-        case TESS_ELEMENT_FLOAT8E8M0: return 1;
+        case TESS_ELEMENT_FLOAT8E8M0:
+            return 1;
         case TESS_ELEMENT_INT16:
         case TESS_ELEMENT_UINT16:
         case TESS_ELEMENT_FLOAT16:
-        case TESS_ELEMENT_BFLOAT16: return 2;
+        case TESS_ELEMENT_BFLOAT16:
+            return 2;
         case TESS_ELEMENT_INT32:
         case TESS_ELEMENT_UINT32:
-        case TESS_ELEMENT_FLOAT32: return 4;
+        case TESS_ELEMENT_FLOAT32:
+            return 4;
         case TESS_ELEMENT_INT64:
         case TESS_ELEMENT_UINT64:
         case TESS_ELEMENT_FLOAT64:
-        case TESS_ELEMENT_COMPLEX64: return 8;
-        case TESS_ELEMENT_COMPLEX128: return 16;
-        default: return 0;
+        case TESS_ELEMENT_COMPLEX64:
+            return 8;
+        case TESS_ELEMENT_COMPLEX128:
+            return 16;
+        default:
+            return 0;
     }
 }
 
@@ -108,7 +114,8 @@ inline std::unique_ptr<HarnessValue> clone_value(const HarnessValue& source) {
     return v;
 }
 
-template <typename T> ValueHandle tensor(const Shape& shape, const std::vector<T>& values) {
+template <typename T>
+ValueHandle tensor(const Shape& shape, const std::vector<T>& values) {
     if (static_cast<int64_t>(values.size()) != shape_size(shape)) {
         throw std::invalid_argument("tensor(): " + std::to_string(values.size()) + " values for shape " +
                                     shape_string(shape));
@@ -121,7 +128,10 @@ template <typename T> ValueHandle tensor(const Shape& shape, const std::vector<T
     return v;
 }
 
-template <typename T> ValueHandle scalar(T value) { return tensor<T>({}, std::vector<T>{value}); }
+template <typename T>
+ValueHandle scalar(T value) {
+    return tensor<T>({}, std::vector<T>{value});
+}
 
 inline ValueHandle string_tensor(const Shape& shape, std::vector<std::string> values) {
     if (static_cast<int64_t>(values.size()) != shape_size(shape)) {
@@ -150,7 +160,8 @@ inline ValueHandle optional_value(int32_t element_type, const ValueHandle& inner
     return v;
 }
 
-template <typename T> std::vector<T> values_of(const HarnessValue& v) {
+template <typename T>
+std::vector<T> values_of(const HarnessValue& v) {
     if (v.kind != TESS_VALUE_TENSOR || v.element_type != element_type_of<T>()) {
         throw std::invalid_argument("values_of(): the value is not a tensor of the requested type");
     }
@@ -457,8 +468,7 @@ private:
 class MockContext final : public KernelContext {
 public:
     // inputs: one per node input, null for omitted ones.  wanted: which outputs the node uses (all when empty).
-    MockContext(ThreadPool& pool, std::vector<ValueHandle> inputs, size_t output_count,
-                std::vector<bool> wanted = {})
+    MockContext(ThreadPool& pool, std::vector<ValueHandle> inputs, size_t output_count, std::vector<bool> wanted = {})
         : pool_(pool), inputs_(std::move(inputs)), outputs_(output_count), wanted_(std::move(wanted)) {
         if (wanted_.empty()) wanted_.assign(output_count, true);
         for (const ValueHandle& v : inputs_) {
@@ -466,8 +476,8 @@ public:
             if (v) {
                 t.type = v->element_type;
                 t.shape = v->dims;
-                t.data = v->kind == TESS_VALUE_TENSOR && v->element_type != TESS_ELEMENT_STRING ? v->bytes.data()
-                                                                                                 : nullptr;
+                t.data =
+                    v->kind == TESS_VALUE_TENSOR && v->element_type != TESS_ELEMENT_STRING ? v->bytes.data() : nullptr;
                 t.value = as_tess(v.get());
             }
             input_tensors_.push_back(std::move(t));
@@ -481,9 +491,7 @@ public:
         if (!has_input(i)) throw std::logic_error("kernel read missing input " + std::to_string(i));
         return input_tensors_[i];
     }
-    const TessValue* input_value(size_t i) const override {
-        return has_input(i) ? as_tess(inputs_[i].get()) : nullptr;
-    }
+    const TessValue* input_value(size_t i) const override { return has_input(i) ? as_tess(inputs_[i].get()) : nullptr; }
 
     size_t output_count() const override { return outputs_.size(); }
     bool output_wanted(size_t i) const override { return i < wanted_.size() && wanted_[i]; }
@@ -526,8 +534,9 @@ public:
 
 private:
     void check_output_index(size_t i) const {
-        if (i >= outputs_.size()) throw std::logic_error("kernel wrote output " + std::to_string(i) + " of " +
-                                                         std::to_string(outputs_.size()));
+        if (i >= outputs_.size())
+            throw std::logic_error("kernel wrote output " + std::to_string(i) + " of " +
+                                   std::to_string(outputs_.size()));
     }
 
     ThreadPool& pool_;

@@ -19,12 +19,20 @@ namespace tessera::cpu {
 namespace {
 
 using testing::NodeBuilder;
-using testing::ValueHandle;
 using testing::run_node;
 using testing::tensor;
+using testing::ValueHandle;
 using testing::values_of;
 
 // ---- helpers -------------------------------------------------------------------------------------------------
+
+// As the provider does at load: OpenBLAS single-threaded, the pool being the only source of threads.
+class BlasEnvironment : public ::testing::Environment {
+public:
+    void SetUp() override { init_blas_single_threaded(); }
+};
+[[maybe_unused]] ::testing::Environment* const blas_environment =
+    ::testing::AddGlobalTestEnvironment(new BlasEnvironment);
 
 const KernelRegistry& registry() {
     static const KernelRegistry r = [] {
@@ -38,7 +46,8 @@ const KernelRegistry& registry() {
     return r;
 }
 
-template <typename T> std::vector<T> random_values(int64_t count, uint32_t seed, double lo = -1.0, double hi = 1.0) {
+template <typename T>
+std::vector<T> random_values(int64_t count, uint32_t seed, double lo = -1.0, double hi = 1.0) {
     std::mt19937 gen(seed);
     std::vector<T> v(static_cast<size_t>(count));
     if constexpr (std::is_floating_point_v<T>) {
@@ -160,8 +169,10 @@ struct RefGeometry {
 RefGeometry conv_geometry(const ConvCase& c) {
     const size_t rank = c.kernel.size();
     RefGeometry g;
-    g.strides = c.strides.empty() ? Shape(rank, 1) : c.strides;
-    g.dilations = c.dilations.empty() ? Shape(rank, 1) : c.dilations;
+    g.strides = c.strides;
+    g.dilations = c.dilations;
+    if (g.strides.empty()) g.strides.assign(rank, 1);
+    if (g.dilations.empty()) g.dilations.assign(rank, 1);
     for (size_t d = 0; d < rank; ++d) {
         const int64_t in = c.x[d + 2], s = g.strides[d], span = (c.kernel[d] - 1) * g.dilations[d] + 1;
         if (c.auto_pad == "SAME_UPPER" || c.auto_pad == "SAME_LOWER") {
@@ -203,8 +214,8 @@ std::vector<double> reference_conv(const ConvCase& c, const RefGeometry& g, cons
                             inside = inside && ip[d] >= 0 && ip[d] < in[d];
                         }
                         if (!inside) continue;
-                        sum += x[(n * C + grp * Cg + ci) * shape_size(in) + ravel(ip, in)] *
-                               w[(m * Cg + ci) * k_size + k];
+                        sum +=
+                            x[(n * C + grp * Cg + ci) * shape_size(in) + ravel(ip, in)] * w[(m * Cg + ci) * k_size + k];
                     }
                 }
                 y[(n * M + m) * out_size + o] = sum;
@@ -214,9 +225,13 @@ std::vector<double> reference_conv(const ConvCase& c, const RefGeometry& g, cons
     return y;
 }
 
-template <typename T> std::vector<double> widen(const std::vector<T>& v) { return {v.begin(), v.end()}; }
+template <typename T>
+std::vector<double> widen(const std::vector<T>& v) {
+    return {v.begin(), v.end()};
+}
 
-template <typename T> void run_conv_case(const ConvCase& c, uint32_t seed) {
+template <typename T>
+void run_conv_case(const ConvCase& c, uint32_t seed) {
     const int64_t C = c.x[1], M = c.out_channels;
     const Shape w_shape = concat({M, C / c.group}, c.kernel);
     const auto x = random_values<T>(shape_size(c.x), seed);
@@ -263,8 +278,10 @@ struct ConvTransposeCase {
 RefGeometry conv_transpose_geometry(const ConvTransposeCase& c) {
     const size_t rank = c.kernel.size();
     RefGeometry g;
-    g.strides = c.strides.empty() ? Shape(rank, 1) : c.strides;
-    g.dilations = c.dilations.empty() ? Shape(rank, 1) : c.dilations;
+    g.strides = c.strides;
+    g.dilations = c.dilations;
+    if (g.strides.empty()) g.strides.assign(rank, 1);
+    if (g.dilations.empty()) g.dilations.assign(rank, 1);
     for (size_t d = 0; d < rank; ++d) {
         const int64_t in = c.x[d + 2], s = g.strides[d];
         const int64_t adj = c.output_padding.empty() ? 0 : c.output_padding[d];
@@ -345,20 +362,20 @@ void run_conv_transpose_case(const ConvTransposeCase& c, uint32_t seed) {
     if (c.bias) inputs.push_back(tensor<float>({M}, b));
     const auto outputs = run_node(registry(), node, inputs);
     EXPECT_EQ(dims_of(outputs[0]), concat({c.x[0], M}, g.out));
-    expect_near_all(values_of<float>(*outputs[0]), reference_conv_transpose(c, g, widen(x), widen(w), widen(b)),
-                    2e-5, "ConvTranspose");
+    expect_near_all(values_of<float>(*outputs[0]), reference_conv_transpose(c, g, widen(x), widen(w), widen(b)), 2e-5,
+                    "ConvTranspose");
 }
 
 // ---- gemm utility ---------------------------------------------------------------------------------------------
 
-template <typename T> void check_gemm_util(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
-                                           double beta, uint32_t seed) {
+template <typename T>
+void check_gemm_util(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, double beta, uint32_t seed) {
     const auto A = random_values<T>(M * K, seed, -3, 3);
     const auto B = random_values<T>(K * N, seed + 1, -3, 3);
     auto C = random_values<T>(M * N, seed + 2, -3, 3);
     const auto c0 = C;
-    gemm<T>(testing::test_pool(), ta, tb, M, N, K, static_cast<T>(alpha), A.data(), ta ? M : K, B.data(),
-            tb ? K : N, static_cast<T>(beta), C.data(), N);
+    gemm<T>(testing::test_pool(), ta, tb, M, N, K, static_cast<T>(alpha), A.data(), ta ? M : K, B.data(), tb ? K : N,
+            static_cast<T>(beta), C.data(), N);
     const auto expected = reference_gemm<T>(ta, tb, M, N, K, alpha, A, B, beta,
                                             [&](int64_t m, int64_t n) { return static_cast<double>(c0[m * N + n]); });
     // Float error grows with the number of products summed (inputs in [-3, 3]).
@@ -368,7 +385,7 @@ template <typename T> void check_gemm_util(bool ta, bool tb, int64_t M, int64_t 
 }
 
 TEST(GemmUtil, MatchesReferenceAcrossShapesAndTransposes) {
-    const int64_t shapes[][3] = {{1, 1, 1},     {1, 37, 19},  {23, 1, 17}, {5, 7, 3},     {64, 300, 27},
+    const int64_t shapes[][3] = {{1, 1, 1},     {1, 37, 19},  {23, 1, 17},  {5, 7, 3},       {64, 300, 27},
                                  {300, 64, 27}, {2, 5000, 9}, {700, 3, 40}, {128, 128, 128}, {17, 33, 0}};
     uint32_t seed = 1;
     for (const auto& s : shapes) {
@@ -424,8 +441,11 @@ void run_gemm_case(const GemmOpCase& c, uint32_t seed) {
         node.input(TESS_ELEMENT_FLOAT32);
         inputs.push_back(tensor<float>(*c.c_shape, Cv));
     }
-    node.output().attr_int("transA", c.ta).attr_int("transB", c.tb).attr_float("alpha", c.alpha).attr_float(
-        "beta", c.beta);
+    node.output()
+        .attr_int("transA", c.ta)
+        .attr_int("transB", c.tb)
+        .attr_float("alpha", c.alpha)
+        .attr_float("beta", c.beta);
     if (c.opset < 7) node.attr_int("broadcast", 1);
     const auto outputs = run_node(registry(), node, inputs);
     std::function<double(int64_t, int64_t)> c_at;
@@ -442,8 +462,8 @@ void run_gemm_case(const GemmOpCase& c, uint32_t seed) {
 }
 
 TEST(GemmOp, AttributesAndBiasShapes) {
-    const std::vector<std::optional<Shape>> c_shapes{std::nullopt, Shape{}, Shape{1}, Shape{9}, Shape{1, 9},
-                                                     Shape{7, 1}, Shape{7, 9}};
+    const std::vector<std::optional<Shape>> c_shapes{std::nullopt, Shape{},     Shape{1},   Shape{9},
+                                                     Shape{1, 9},  Shape{7, 1}, Shape{7, 9}};
     uint32_t seed = 100;
     for (const auto& cs : c_shapes) {
         for (int t = 0; t < 4; ++t) {
@@ -459,9 +479,10 @@ TEST(GemmOp, AttributesAndBiasShapes) {
 TEST(GemmOp, RejectsMismatchedShapes) {
     NodeBuilder node("Gemm", 13);
     node.input().input().input().output();
-    EXPECT_THROW(run_node(registry(), node,
-                          {tensor<float>({2, 3}, std::vector<float>(6)), tensor<float>({4, 5}, std::vector<float>(20))}),
-                 KernelError);
+    EXPECT_THROW(
+        run_node(registry(), node,
+                 {tensor<float>({2, 3}, std::vector<float>(6)), tensor<float>({4, 5}, std::vector<float>(20))}),
+        KernelError);
     NodeBuilder strict("Gemm", 6);
     strict.input().input().input().output();
     EXPECT_THROW(run_node(registry(), strict,
@@ -472,7 +493,8 @@ TEST(GemmOp, RejectsMismatchedShapes) {
 
 // ---- MatMul op ------------------------------------------------------------------------------------------------
 
-template <typename T> void run_matmul_case(const Shape& a_shape, const Shape& b_shape, uint32_t seed) {
+template <typename T>
+void run_matmul_case(const Shape& a_shape, const Shape& b_shape, uint32_t seed) {
     const auto A = random_values<T>(shape_size(a_shape), seed, -4, 4);
     const auto B = random_values<T>(shape_size(b_shape), seed + 1, -4, 4);
     NodeBuilder node("MatMul", 13);
@@ -487,10 +509,18 @@ template <typename T> void run_matmul_case(const Shape& a_shape, const Shape& b_
 }
 
 TEST(MatMulOp, PromotionAndBroadcasting) {
-    const std::pair<Shape, Shape> cases[] = {
-        {{4}, {4}},          {{3}, {2, 3, 5}},       {{2, 3, 4, 5}, {5}}, {{3, 4}, {4, 6}},
-        {{2, 3, 4}, {4, 6}}, {{3, 4}, {2, 4, 6}},    {{2, 1, 3, 4}, {5, 4, 6}}, {{1, 3, 4}, {2, 1, 4, 2}},
-        {{64, 32, 48}, {64, 48, 40}}, {{256, 512}, {512, 130}}, {{2, 0, 4}, {4, 3}}, {{3, 0}, {0, 2}}};
+    const std::pair<Shape, Shape> cases[] = {{{4}, {4}},
+                                             {{3}, {2, 3, 5}},
+                                             {{2, 3, 4, 5}, {5}},
+                                             {{3, 4}, {4, 6}},
+                                             {{2, 3, 4}, {4, 6}},
+                                             {{3, 4}, {2, 4, 6}},
+                                             {{2, 1, 3, 4}, {5, 4, 6}},
+                                             {{1, 3, 4}, {2, 1, 4, 2}},
+                                             {{64, 32, 48}, {64, 48, 40}},
+                                             {{256, 512}, {512, 130}},
+                                             {{2, 0, 4}, {4, 3}},
+                                             {{3, 0}, {0, 2}}};
     uint32_t seed = 300;
     for (const auto& [a, b] : cases) {
         run_matmul_case<float>(a, b, seed++);
@@ -503,13 +533,14 @@ TEST(MatMulOp, PromotionAndBroadcasting) {
 TEST(MatMulOp, RejectsBadShapes) {
     NodeBuilder node("MatMul", 13);
     node.input().input().output();
-    EXPECT_THROW(run_node(registry(), node,
-                          {tensor<float>({2, 3}, std::vector<float>(6)), tensor<float>({4, 5}, std::vector<float>(20))}),
-                 KernelError);
-    EXPECT_THROW(run_node(registry(), node,
-                          {tensor<float>({2, 2, 3}, std::vector<float>(12)),
-                           tensor<float>({3, 3, 5}, std::vector<float>(45))}),
-                 KernelError);
+    EXPECT_THROW(
+        run_node(registry(), node,
+                 {tensor<float>({2, 3}, std::vector<float>(6)), tensor<float>({4, 5}, std::vector<float>(20))}),
+        KernelError);
+    EXPECT_THROW(
+        run_node(registry(), node,
+                 {tensor<float>({2, 2, 3}, std::vector<float>(12)), tensor<float>({3, 3, 5}, std::vector<float>(45))}),
+        KernelError);
 }
 
 // ---- Conv -----------------------------------------------------------------------------------------------------
@@ -518,18 +549,83 @@ TEST(ConvOp, TwoDimensionalAttributeCombinations) {
     std::vector<ConvCase> cases{
         {.x = {1, 3, 9, 11}, .out_channels = 4, .kernel = {3, 3}},
         {.x = {2, 3, 9, 11}, .out_channels = 4, .kernel = {3, 3}, .group = 1, .strides = {2, 2}, .pads = {1, 1, 1, 1}},
-        {.x = {1, 4, 10, 9}, .out_channels = 6, .kernel = {3, 2}, .group = 2, .strides = {1, 2}, .dilations = {2, 1}, .pads = {2, 0, 1, 3}},
-        {.x = {1, 6, 8, 8}, .out_channels = 6, .kernel = {3, 3}, .group = 6, .strides = {1, 1}, .pads = {1, 1, 1, 1}},          // depthwise
-        {.x = {2, 4, 9, 7}, .out_channels = 8, .kernel = {3, 3}, .group = 4, .strides = {2, 1}, .dilations = {2, 2}, .pads = {0, 1, 2, 1}},      // depthwise, multiplier 2, dilated
-        {.x = {1, 5, 7, 7}, .out_channels = 8, .kernel = {1, 1}},                                        // pointwise
-        {.x = {2, 8, 5, 6}, .out_channels = 4, .kernel = {1, 1}, .group = 2, .bias = false},              // grouped pointwise, no bias
-        {.x = {1, 3, 6, 6}, .out_channels = 4, .kernel = {1, 1}, .group = 1, .strides = {2, 2}},                             // strided 1x1
-        {.x = {1, 2, 9, 10}, .out_channels = 3, .kernel = {3, 3}, .group = 1, .strides = {2, 2}, .auto_pad = "SAME_UPPER"},
-        {.x = {1, 2, 9, 10}, .out_channels = 3, .kernel = {4, 3}, .group = 1, .strides = {2, 3}, .auto_pad = "SAME_LOWER"},
-        {.x = {1, 2, 9, 10}, .out_channels = 3, .kernel = {3, 3}, .group = 1, .strides = {2, 2}, .dilations = {2, 1}, .auto_pad = "VALID"},
-        {.x = {1, 3, 56, 56}, .out_channels = 64, .kernel = {3, 3}, .group = 1, .strides = {1, 1}, .pads = {1, 1, 1, 1}},      // parallel paths
-        {.x = {1, 64, 14, 14}, .out_channels = 128, .kernel = {3, 3}, .group = 1, .strides = {2, 2}, .pads = {1, 1, 1, 1}},
-        {.x = {1, 32, 7, 7}, .out_channels = 16, .kernel = {5, 5}, .group = 1, .pads = {2, 2, 2, 2}, .bias = true, .constant_weights = true},  // constant weights
+        {.x = {1, 4, 10, 9},
+         .out_channels = 6,
+         .kernel = {3, 2},
+         .group = 2,
+         .strides = {1, 2},
+         .dilations = {2, 1},
+         .pads = {2, 0, 1, 3}},
+        {.x = {1, 6, 8, 8},
+         .out_channels = 6,
+         .kernel = {3, 3},
+         .group = 6,
+         .strides = {1, 1},
+         .pads = {1, 1, 1, 1}},  // depthwise
+        {.x = {2, 4, 9, 7},
+         .out_channels = 8,
+         .kernel = {3, 3},
+         .group = 4,
+         .strides = {2, 1},
+         .dilations = {2, 2},
+         .pads = {0, 1, 2, 1}},                                    // depthwise, multiplier 2, dilated
+        {.x = {1, 5, 7, 7}, .out_channels = 8, .kernel = {1, 1}},  // pointwise
+        {.x = {2, 8, 5, 6},
+         .out_channels = 4,
+         .kernel = {1, 1},
+         .group = 2,
+         .bias = false},  // grouped pointwise, no bias
+        {.x = {1, 3, 6, 6}, .out_channels = 4, .kernel = {1, 1}, .group = 1, .strides = {2, 2}},  // strided 1x1
+        {.x = {1, 2, 9, 10},
+         .out_channels = 3,
+         .kernel = {3, 3},
+         .group = 1,
+         .strides = {2, 2},
+         .auto_pad = "SAME_UPPER"},
+        {.x = {1, 2, 9, 10},
+         .out_channels = 3,
+         .kernel = {4, 3},
+         .group = 1,
+         .strides = {2, 3},
+         .auto_pad = "SAME_LOWER"},
+        {.x = {1, 2, 9, 10},
+         .out_channels = 3,
+         .kernel = {3, 3},
+         .group = 1,
+         .strides = {2, 2},
+         .dilations = {2, 1},
+         .auto_pad = "VALID"},
+        {.x = {1, 3, 56, 56},
+         .out_channels = 64,
+         .kernel = {3, 3},
+         .group = 1,
+         .strides = {1, 1},
+         .pads = {1, 1, 1, 1}},  // parallel paths
+        {.x = {1, 64, 14, 14},
+         .out_channels = 128,
+         .kernel = {3, 3},
+         .group = 1,
+         .strides = {2, 2},
+         .pads = {1, 1, 1, 1}},
+        {.x = {1, 32, 7, 7},
+         .out_channels = 16,
+         .kernel = {5, 5},
+         .group = 1,
+         .pads = {2, 2, 2, 2},
+         .bias = true,
+         .constant_weights = true},  // constant weights
+        {.x = {2, 3, 12, 13},
+         .out_channels = 10,
+         .kernel = {3, 2},
+         .dilations = {2, 3},
+         .pads = {2, 0, 1, 3}},                                                          // unit strides, dilated
+        {.x = {1, 2, 5, 5}, .out_channels = 3, .kernel = {2, 2}, .pads = {3, 3, 3, 3}},  // windows fully in padding
+        {.x = {1, 6, 9, 9},
+         .out_channels = 9,
+         .kernel = {3, 3},
+         .group = 3,
+         .pads = {1, 1, 1, 1},
+         .constant_weights = true},
     };
     uint32_t seed = 1000;
     for (const auto& c : cases) {
@@ -543,10 +639,27 @@ TEST(ConvOp, TwoDimensionalAttributeCombinations) {
 TEST(ConvOp, OneAndThreeDimensionalAndDouble) {
     std::vector<ConvCase> cases{
         {.x = {2, 3, 17}, .out_channels = 5, .kernel = {3}},
-        {.x = {1, 4, 20}, .out_channels = 6, .kernel = {4}, .group = 2, .strides = {3}, .dilations = {2}, .pads = {1, 2}},
-        {.x = {1, 2, 6, 7, 5}, .out_channels = 3, .kernel = {3, 2, 2}, .group = 1, .strides = {1, 2, 1}, .dilations = {1, 1, 2}, .pads = {1, 0, 1, 1, 1, 0}},
+        {.x = {1, 4, 20},
+         .out_channels = 6,
+         .kernel = {4},
+         .group = 2,
+         .strides = {3},
+         .dilations = {2},
+         .pads = {1, 2}},
+        {.x = {1, 2, 6, 7, 5},
+         .out_channels = 3,
+         .kernel = {3, 2, 2},
+         .group = 1,
+         .strides = {1, 2, 1},
+         .dilations = {1, 1, 2},
+         .pads = {1, 0, 1, 1, 1, 0}},
         {.x = {1, 4, 5, 5, 5}, .out_channels = 4, .kernel = {3, 3, 3}, .group = 4, .pads = {1, 1, 1, 1, 1, 1}},
-        {.x = {1, 2, 5, 6, 4}, .out_channels = 2, .kernel = {2, 2, 2}, .group = 1, .strides = {2, 2, 2}, .auto_pad = "SAME_UPPER"},
+        {.x = {1, 2, 5, 6, 4},
+         .out_channels = 2,
+         .kernel = {2, 2, 2},
+         .group = 1,
+         .strides = {2, 2, 2},
+         .auto_pad = "SAME_UPPER"},
     };
     uint32_t seed = 2000;
     for (const auto& c : cases) {
@@ -582,15 +695,65 @@ TEST(ConvTransposeOp, AttributeCombinations) {
     std::vector<ConvTransposeCase> cases{
         {.x = {1, 2, 3, 3}, .out_channels = 3, .kernel = {3, 3}},
         {.x = {2, 2, 4, 3}, .out_channels = 4, .kernel = {3, 2}, .group = 1, .strides = {3, 2}, .pads = {1, 0, 1, 1}},
-        {.x = {1, 4, 3, 4}, .out_channels = 6, .kernel = {2, 3}, .group = 2, .strides = {2, 2}, .dilations = {2, 1}, .output_padding = {1, 1}},
-        {.x = {1, 2, 3, 3}, .out_channels = 2, .kernel = {3, 3}, .group = 1, .strides = {3, 2}, .output_shape = {10, 8}},         // output_shape larger than full
-        {.x = {1, 2, 5, 5}, .out_channels = 2, .kernel = {3, 3}, .group = 1, .strides = {2, 2}, .output_shape = {8, 9}},          // output_shape smaller: derived pads
-        {.x = {1, 2, 3, 4}, .out_channels = 2, .kernel = {3, 3}, .group = 1, .strides = {2, 2}, .auto_pad = "SAME_UPPER"},
-        {.x = {1, 2, 3, 4}, .out_channels = 2, .kernel = {3, 3}, .group = 1, .strides = {2, 2}, .auto_pad = "SAME_LOWER"},
-        {.x = {1, 2, 3, 4}, .out_channels = 2, .kernel = {3, 3}, .group = 1, .strides = {2, 2}, .auto_pad = "SAME_UPPER", .bias = true, .opset = 1},  // opset-1 split
-        {.x = {1, 3, 7}, .out_channels = 2, .kernel = {3}, .group = 1, .strides = {2}, .dilations = {2}, .pads = {1, 0}},
-        {.x = {1, 2, 3, 4, 2}, .out_channels = 2, .kernel = {2, 3, 2}, .group = 2, .strides = {2, 1, 2}, .pads = {0, 1, 0, 0, 1, 1}},
-        {.x = {1, 16, 14, 14}, .out_channels = 8, .kernel = {4, 4}, .group = 1, .strides = {2, 2}, .pads = {1, 1, 1, 1}, .bias = false},
+        {.x = {1, 4, 3, 4},
+         .out_channels = 6,
+         .kernel = {2, 3},
+         .group = 2,
+         .strides = {2, 2},
+         .dilations = {2, 1},
+         .output_padding = {1, 1}},
+        {.x = {1, 2, 3, 3},
+         .out_channels = 2,
+         .kernel = {3, 3},
+         .group = 1,
+         .strides = {3, 2},
+         .output_shape = {10, 8}},  // output_shape larger than full
+        {.x = {1, 2, 5, 5},
+         .out_channels = 2,
+         .kernel = {3, 3},
+         .group = 1,
+         .strides = {2, 2},
+         .output_shape = {8, 9}},  // output_shape smaller: derived pads
+        {.x = {1, 2, 3, 4},
+         .out_channels = 2,
+         .kernel = {3, 3},
+         .group = 1,
+         .strides = {2, 2},
+         .auto_pad = "SAME_UPPER"},
+        {.x = {1, 2, 3, 4},
+         .out_channels = 2,
+         .kernel = {3, 3},
+         .group = 1,
+         .strides = {2, 2},
+         .auto_pad = "SAME_LOWER"},
+        {.x = {1, 2, 3, 4},
+         .out_channels = 2,
+         .kernel = {3, 3},
+         .group = 1,
+         .strides = {2, 2},
+         .auto_pad = "SAME_UPPER",
+         .bias = true,
+         .opset = 1},  // opset-1 split
+        {.x = {1, 3, 7},
+         .out_channels = 2,
+         .kernel = {3},
+         .group = 1,
+         .strides = {2},
+         .dilations = {2},
+         .pads = {1, 0}},
+        {.x = {1, 2, 3, 4, 2},
+         .out_channels = 2,
+         .kernel = {2, 3, 2},
+         .group = 2,
+         .strides = {2, 1, 2},
+         .pads = {0, 1, 0, 0, 1, 1}},
+        {.x = {1, 16, 14, 14},
+         .out_channels = 8,
+         .kernel = {4, 4},
+         .group = 1,
+         .strides = {2, 2},
+         .pads = {1, 1, 1, 1},
+         .bias = false},
     };
     uint32_t seed = 3000;
     for (const auto& c : cases) {
@@ -618,8 +781,10 @@ struct PoolGeometry {
 PoolGeometry pool_geometry(const PoolCase& c) {
     const size_t rank = c.kernel.size();
     PoolGeometry g;
-    g.strides = c.strides.empty() ? Shape(rank, 1) : c.strides;
-    g.dilations = c.dilations.empty() ? Shape(rank, 1) : c.dilations;
+    g.strides = c.strides;
+    g.dilations = c.dilations;
+    if (g.strides.empty()) g.strides.assign(rank, 1);
+    if (g.dilations.empty()) g.dilations.assign(rank, 1);
     for (size_t d = 0; d < rank; ++d) {
         const int64_t in = c.x[d + 2], s = g.strides[d], span = (c.kernel[d] - 1) * g.dilations[d] + 1;
         if (c.auto_pad == "SAME_UPPER" || c.auto_pad == "SAME_LOWER") {
@@ -715,12 +880,33 @@ const std::vector<PoolCase>& pool_cases() {
         {.x = {1, 2, 7, 8}, .kernel = {3, 3}},
         {.x = {2, 3, 9, 9}, .kernel = {3, 3}, .strides = {2, 2}, .pads = {1, 1, 1, 1}},
         {.x = {1, 2, 10, 7}, .kernel = {3, 2}, .strides = {2, 3}, .pads = {0, 1, 2, 0}, .ceil_mode = true},
-        {.x = {1, 1, 9, 9}, .kernel = {3, 3}, .strides = {3, 3}, .pads = {1, 1, 1, 1}, .ceil_mode = true, .count_include_pad = true},
-        {.x = {1, 2, 9, 11}, .kernel = {2, 3}, .strides = {1, 2}, .dilations = {2, 2}, .pads = {1, 1, 0, 1}, .ceil_mode = true},
+        {.x = {1, 1, 9, 9},
+         .kernel = {3, 3},
+         .strides = {3, 3},
+         .pads = {1, 1, 1, 1},
+         .ceil_mode = true,
+         .count_include_pad = true},
+        {.x = {1, 2, 9, 11},
+         .kernel = {2, 3},
+         .strides = {1, 2},
+         .dilations = {2, 2},
+         .pads = {1, 1, 0, 1},
+         .ceil_mode = true},
         {.x = {1, 2, 7, 8}, .kernel = {2, 2}, .ceil_mode = false, .count_include_pad = false, .auto_pad = "SAME_UPPER"},
-        {.x = {1, 2, 7, 8}, .kernel = {3, 2}, .strides = {2, 3}, .ceil_mode = false, .count_include_pad = true, .auto_pad = "SAME_LOWER"},
+        {.x = {1, 2, 7, 8},
+         .kernel = {3, 2},
+         .strides = {2, 3},
+         .ceil_mode = false,
+         .count_include_pad = true,
+         .auto_pad = "SAME_LOWER"},
         {.x = {2, 3, 13}, .kernel = {4}, .strides = {3}, .dilations = {2}, .pads = {1, 2}, .ceil_mode = true},
-        {.x = {1, 2, 7, 6, 8}, .kernel = {3, 2, 3}, .strides = {2, 1, 2}, .dilations = {1, 2, 2}, .pads = {1, 0, 1, 1, 1, 0}, .ceil_mode = true, .count_include_pad = true},
+        {.x = {1, 2, 7, 6, 8},
+         .kernel = {3, 2, 3},
+         .strides = {2, 1, 2},
+         .dilations = {1, 2, 2},
+         .pads = {1, 0, 1, 1, 1, 0},
+         .ceil_mode = true,
+         .count_include_pad = true},
         {.x = {1, 64, 112, 112}, .kernel = {3, 3}, .strides = {2, 2}, .pads = {1, 1, 1, 1}},
     };
     return cases;
@@ -832,8 +1018,12 @@ TEST(NormalizationOps, BatchNormInferenceAndTraining) {
 
     NodeBuilder training("BatchNormalization", 15);
     for (int i = 0; i < 5; ++i) training.input(TESS_ELEMENT_FLOAT32);
-    training.output().output().output().attr_float("epsilon", epsilon).attr_float("momentum", momentum).attr_int(
-        "training_mode", 1);
+    training.output()
+        .output()
+        .output()
+        .attr_float("epsilon", epsilon)
+        .attr_float("momentum", momentum)
+        .attr_int("training_mode", 1);
     outputs = run_node(registry(), training, inputs);
     std::vector<double> batch_mean(3, 0), batch_var(3, 0);
     for (size_t i = 0; i < x.size(); ++i) batch_mean[(i / 20) % 3] += x[i] / 40.0;
@@ -863,11 +1053,14 @@ TEST(NormalizationOps, InstanceAndGroupNorm) {
     for (int64_t groups : {4, 2, 1}) {
         const bool instance = groups == 4;
         NodeBuilder node(instance ? "InstanceNormalization" : "GroupNormalization", 21);
-        node.input(TESS_ELEMENT_FLOAT32).input(TESS_ELEMENT_FLOAT32).input(TESS_ELEMENT_FLOAT32).output().attr_float(
-            "epsilon", epsilon);
+        node.input(TESS_ELEMENT_FLOAT32)
+            .input(TESS_ELEMENT_FLOAT32)
+            .input(TESS_ELEMENT_FLOAT32)
+            .output()
+            .attr_float("epsilon", epsilon);
         if (!instance) node.attr_int("num_groups", groups);
-        const auto outputs = run_node(
-            registry(), node, {tensor<float>(shape, x), tensor<float>({4}, scale), tensor<float>({4}, bias)});
+        const auto outputs =
+            run_node(registry(), node, {tensor<float>(shape, x), tensor<float>({4}, scale), tensor<float>({4}, bias)});
         const int64_t block = 60 / groups;
         std::vector<double> expected(x.size());
         for (int64_t b = 0; b < 2 * groups; ++b) {
@@ -892,18 +1085,23 @@ TEST(NormalizationOps, LayerNormAxesAndStatistics) {
         const int64_t cols = shape_size(trailing), rows = 24 / cols;
         const auto scale = random_values<float>(cols, 42), bias = random_values<float>(cols, 43);
         NodeBuilder node("LayerNormalization", 17);
-        node.input(TESS_ELEMENT_FLOAT32).input(TESS_ELEMENT_FLOAT32).input(TESS_ELEMENT_FLOAT32).output().output(
-            TESS_ELEMENT_FLOAT32).output(TESS_ELEMENT_FLOAT32).attr_int("axis", axis);
-        const auto outputs = run_node(registry(), node,
-                                      {tensor<float>(shape, x), tensor<float>(trailing, scale),
-                                       tensor<float>(trailing, bias)});
+        node.input(TESS_ELEMENT_FLOAT32)
+            .input(TESS_ELEMENT_FLOAT32)
+            .input(TESS_ELEMENT_FLOAT32)
+            .output()
+            .output(TESS_ELEMENT_FLOAT32)
+            .output(TESS_ELEMENT_FLOAT32)
+            .attr_int("axis", axis);
+        const auto outputs = run_node(
+            registry(), node, {tensor<float>(shape, x), tensor<float>(trailing, scale), tensor<float>(trailing, bias)});
         std::vector<double> expected(24), means, inv_stds;
         for (int64_t r = 0; r < rows; ++r) {
             double m = 0, v = 0;
             for (int64_t i = 0; i < cols; ++i) m += x[r * cols + i] / double(cols);
             for (int64_t i = 0; i < cols; ++i) v += (x[r * cols + i] - m) * (x[r * cols + i] - m) / double(cols);
             const double inv = 1.0 / std::sqrt(v + 1e-5);
-            for (int64_t i = 0; i < cols; ++i) expected[r * cols + i] = (x[r * cols + i] - m) * inv * scale[i] + bias[i];
+            for (int64_t i = 0; i < cols; ++i)
+                expected[r * cols + i] = (x[r * cols + i] - m) * inv * scale[i] + bias[i];
             means.push_back(m);
             inv_stds.push_back(inv);
         }
@@ -919,8 +1117,12 @@ TEST(NormalizationOps, Lrn) {
     const int64_t size = 4;
     const double alpha = 2e-4, beta = 0.75, bias = 1.5;
     NodeBuilder node("LRN", 13);
-    node.input(TESS_ELEMENT_FLOAT32).output().attr_int("size", size).attr_float("alpha", alpha).attr_float(
-        "beta", beta).attr_float("bias", bias);
+    node.input(TESS_ELEMENT_FLOAT32)
+        .output()
+        .attr_int("size", size)
+        .attr_float("alpha", alpha)
+        .attr_float("beta", beta)
+        .attr_float("bias", bias);
     const auto outputs = run_node(registry(), node, {tensor<float>(shape, x)});
     std::vector<double> expected(63);
     for (int64_t c = 0; c < 7; ++c) {
