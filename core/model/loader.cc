@@ -8,6 +8,7 @@
 #include <onnx/shape_inference/implementation.h>
 
 #include "common/status.h"
+#include "model/functions.h"
 #include "model/tensor_proto.h"
 
 namespace tessera {
@@ -181,6 +182,7 @@ LoadedModel load(onnx::ModelProto& model, std::optional<fs::path> base_dir) {
         fail(TESS_STATUS_INVALID_MODEL, "IR version {} is not supported (Tessera reads IR {} to {})",
              model.ir_version(), kMinIrVersion, kMaxIrVersion);
     if (!model.has_graph()) fail(TESS_STATUS_INVALID_MODEL, "the model has no graph");
+    inline_model_functions(model);
     infer_types_best_effort(model);
     LoadedModel loaded;
     loaded.ir_version = model.ir_version();

@@ -204,3 +204,51 @@ TEST(Loader, LoadsFromFileAndReportsMissingFiles) {
         EXPECT_EQ(e.code(), TESS_STATUS_NOT_FOUND);
     }
 }
+
+TEST(Loader, InlinesModelLocalFunctions) {
+    ModelBuilder b;
+    auto* local = b.model.add_opset_import();
+    local->set_domain("local");
+    local->set_version(1);
+    // LeakyAdd(a, b; alpha) = LeakyRelu(a + b, alpha)
+    auto* fn = b.model.add_functions();
+    fn->set_name("LeakyAdd");
+    fn->set_domain("local");
+    fn->add_input("a");
+    fn->add_input("b");
+    fn->add_output("out");
+    fn->add_attribute("alpha");
+    auto* op = fn->add_opset_import();
+    op->set_domain("");
+    op->set_version(13);
+    auto* add = fn->add_node();
+    add->set_op_type("Add");
+    add->add_input("a");
+    add->add_input("b");
+    add->add_output("sum");
+    auto* leaky = fn->add_node();
+    leaky->set_op_type("LeakyRelu");
+    leaky->add_input("sum");
+    leaky->add_output("out");
+    auto* ref = leaky->add_attribute();
+    ref->set_name("alpha");
+    ref->set_type(onnx::AttributeProto::FLOAT);
+    ref->set_ref_attr_name("alpha");
+
+    b.input("x", {2}).input("y", {2}).output("z", {2});
+    auto& call = b.node("LeakyAdd", {"x", "y"}, {"z"}, "call");
+    call.set_domain("local");
+    auto* alpha = call.add_attribute();
+    alpha->set_name("alpha");
+    alpha->set_type(onnx::AttributeProto::FLOAT);
+    alpha->set_f(0.5f);
+
+    auto bytes = b.bytes();
+    auto model = load_model_bytes(bytes.data(), bytes.size(), std::nullopt);
+    ASSERT_EQ(model.graph.nodes.size(), 2u);
+    EXPECT_EQ(model.graph.nodes[0].op_type, "Add");
+    EXPECT_EQ(model.graph.nodes[1].op_type, "LeakyRelu");
+    EXPECT_EQ(model.graph.nodes[1].outputs[0], "z");
+    ASSERT_NE(model.graph.nodes[1].attribute("alpha"), nullptr);
+    EXPECT_FLOAT_EQ(model.graph.nodes[1].attribute("alpha")->f(), 0.5f);
+}
