@@ -778,8 +778,7 @@ std::string summarize(ValueView value, size_t max_values) {
             return s;
         }
         case TESS_VALUE_OPTIONAL:
-            return value.has_value() ? describe_value(value.value()) + " " + summarize(value.value(), max_values)
-                                     : "(no value)";
+            return value.has_value() ? summarize(value.value(), max_values) : "(no value)";
         case TESS_VALUE_TENSOR: break;
         default: return "";
     }
