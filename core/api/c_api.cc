@@ -115,6 +115,8 @@ TESS_EXPORT TessStatus* tess_env_plugin_info(const TessEnv* env, size_t index, T
         info.abi_version = r.abi_version;
         info.provider_count = r.providers.empty() ? 0 : 1 + static_cast<size_t>(std::count(r.providers.begin(), r.providers.end(), ','));
         info.providers = r.providers.c_str();
+        info.custom_op_count = r.custom_ops.empty() ? 0 : 1 + static_cast<size_t>(std::count(r.custom_ops.begin(), r.custom_ops.end(), ','));
+        info.custom_ops = r.custom_ops.c_str();
         if (info.struct_size < sizeof(size_t)) fail(TESS_STATUS_INVALID_ARGUMENT, "TessPluginInfo.struct_size is not set");
         std::memcpy(out, &info, info.struct_size);
     });

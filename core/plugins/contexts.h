@@ -16,6 +16,16 @@ struct TessCapabilityContext {
     std::vector<bool> offered;                            // indexed by node index: may be claimed
 };
 
+struct TessShapeContext {
+    struct Output {
+        bool set = false;
+        int32_t element_type = TESS_ELEMENT_UNDEFINED;
+        int64_t rank = -1;
+        std::vector<int64_t> dims;
+    };
+    std::vector<Output> outputs;
+};
+
 struct TessComputeContext {
     const TessValue* const* inputs = nullptr;
     size_t input_count = 0;

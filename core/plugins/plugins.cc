@@ -71,6 +71,32 @@ TessStatus* host_compute_allocate_output(TessComputeContext* ctx, size_t index, 
     });
 }
 
+TessStatus* host_value_create_tensor_view(int32_t element_type, const int64_t* dims, size_t rank, void* data,
+                                         size_t byte_size, TessValue** out) {
+    return guarded([&] {
+        if (out == nullptr || (rank > 0 && dims == nullptr)) fail(TESS_STATUS_INVALID_ARGUMENT, "NULL argument");
+        if (!is_valid_element_type(element_type) || element_type == TESS_ELEMENT_STRING)
+            fail(TESS_STATUS_INVALID_ARGUMENT, "element type {} cannot view memory", element_type);
+        std::vector<int64_t> shape(dims, dims + rank);
+        size_t needed = storage_bytes(element_type, checked_element_count(shape.data(), shape.size()));
+        if (byte_size < needed) fail(TESS_STATUS_INVALID_ARGUMENT, "{} bytes for a view that needs {}", byte_size, needed);
+        *out = make_borrowed_tensor(element_type, std::move(shape), data, needed).release();
+    });
+}
+
+void host_shape_set_output(TessShapeContext* ctx, size_t index, int32_t element_type, const int64_t* dims,
+                           int64_t rank) {
+    try {
+        if (ctx == nullptr || index >= ctx->outputs.size()) return;
+        auto& out = ctx->outputs[index];
+        out.set = true;
+        out.element_type = element_type;
+        out.rank = rank;
+        if (rank > 0 && dims != nullptr) out.dims.assign(dims, dims + rank);
+    } catch (...) {
+    }
+}
+
 TessStatus* host_compute_set_output(TessComputeContext* ctx, size_t index, TessValue* value) {
     ValuePtr owned(value);  // ownership passes even on error
     return guarded([&] {
@@ -145,10 +171,14 @@ const TessHostApi& host_api() {
         a.compute_output_count = host_compute_output_count;
         a.compute_allocate_output = host_compute_allocate_output;
         a.compute_set_output = host_compute_set_output;
+        a.value_create_tensor_view = host_value_create_tensor_view;
+        a.shape_set_output = host_shape_set_output;
         return a;
     }();
     return api;
 }
+
+std::string CustomOp::label() const { return std::string(api->domain) + ":" + api->name; }
 
 // ---- Provider instances ----------------------------------------------------------------------------------------
 
@@ -370,11 +400,38 @@ PluginRecord PluginManager::load(const fs::path& path) {
         offered.push_back(std::move(provider));
     }
     record.providers = fmt::format("{}", fmt::join(names, ","));
+
+    std::vector<std::shared_ptr<const CustomOp>> ops;
+    std::vector<std::string> op_names;
+    size_t op_count = TESS_HAS_FIELD(&exports, TessPluginExports, custom_ops) ? exports.custom_op_count : 0;
+    if (op_count > 0 && exports.custom_ops == nullptr)
+        return finish(TESS_PLUGIN_SKIPPED, "init failed: custom-op table missing");
+    for (size_t i = 0; i < op_count; ++i) {
+        const TessCustomOpApi* api = exports.custom_ops[i];
+        if (api == nullptr || api->struct_size < offsetof(TessCustomOpApi, compute) + sizeof(void*) ||
+            api->domain == nullptr || api->name == nullptr || api->compute == nullptr || api->domain[0] == '\0' ||
+            (api->input_count > 0 && api->inputs == nullptr) || (api->output_count > 0 && api->outputs == nullptr))
+            return finish(TESS_PLUGIN_SKIPPED, fmt::format("init failed: custom-op table {} is incomplete", i));
+        auto op = std::make_shared<CustomOp>(CustomOp{api, library});
+        for (const auto& existing : custom_ops()) {
+            bool same = std::strcmp(existing->api->domain, api->domain) == 0 && std::strcmp(existing->api->name, api->name) == 0;
+            bool overlap = (existing->api->end_version == 0 || api->since_version <= existing->api->end_version) &&
+                           (api->end_version == 0 || existing->api->since_version <= api->end_version);
+            if (same && overlap)
+                return finish(TESS_PLUGIN_SKIPPED, fmt::format("custom op {} is already provided", op->label()));
+        }
+        op_names.push_back(op->label());
+        ops.push_back(std::move(op));
+    }
+    record.custom_ops = fmt::format("{}", fmt::join(op_names, ","));
+    if (offered.empty() && ops.empty()) return finish(TESS_PLUGIN_SKIPPED, "the plugin offers no provider and no operator");
+
     bool any_available = std::any_of(offered.begin(), offered.end(), [](const auto& p) { return p->available; });
     {
         std::lock_guard lock(mutex_);
         loaded_paths_.push_back(record.path);
         for (auto& p : offered) providers_.push_back(p);
+        for (auto& op : ops) custom_ops_.push_back(op);
     }
     if (!offered.empty() && !any_available) return finish(TESS_PLUGIN_UNAVAILABLE, unavailable);
     return finish(TESS_PLUGIN_LOADED, unavailable);
@@ -395,6 +452,11 @@ std::vector<std::shared_ptr<const Provider>> PluginManager::providers() const {
     for (const auto& p : providers_)
         if (p->available && fallback(*p)) result.push_back(p);
     return result;
+}
+
+std::vector<std::shared_ptr<const CustomOp>> PluginManager::custom_ops() const {
+    std::lock_guard lock(mutex_);
+    return custom_ops_;
 }
 
 std::shared_ptr<const Provider> PluginManager::find(const std::string& name) const {

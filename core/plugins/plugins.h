@@ -11,6 +11,7 @@
 #include <boost/dll/shared_library.hpp>
 
 #include "common/value.h"
+#include "tessera/custom_op.h"
 #include "tessera/provider.h"
 #include "tessera/tessera.h"
 
@@ -26,6 +27,13 @@ struct Provider {
     std::shared_ptr<boost::dll::shared_library> library;  // keeps the code mapped while the provider is in use
     bool available = false;
     std::string unavailable_reason;
+};
+
+// A custom operator offered by a loaded library.
+struct CustomOp {
+    const TessCustomOpApi* api = nullptr;
+    std::shared_ptr<boost::dll::shared_library> library;
+    std::string label() const;  // "domain:name"
 };
 
 // One provider instance, owned jointly by a session and by every value allocated with its allocator (values may
@@ -78,7 +86,8 @@ struct PluginRecord {
     int32_t state = TESS_PLUGIN_SKIPPED;
     std::string reason;
     uint32_t abi_version = 0;
-    std::string providers;  // comma-separated
+    std::string providers;   // comma-separated
+    std::string custom_ops;  // "domain:name", comma-separated
 };
 
 // The plugins of one environment.
@@ -93,6 +102,7 @@ public:
     // Usable providers in default priority order: discovery order, with "cpu" last.
     std::vector<std::shared_ptr<const Provider>> providers() const;
     std::shared_ptr<const Provider> find(const std::string& name) const;  // NULL when not loaded
+    std::vector<std::shared_ptr<const CustomOp>> custom_ops() const;
 
     static std::filesystem::path default_plugin_dir();  // <dir of libtessera>/tessera/plugins
 
@@ -102,6 +112,7 @@ private:
     mutable std::mutex mutex_;
     std::vector<PluginRecord> records_;
     std::vector<std::shared_ptr<const Provider>> providers_;
+    std::vector<std::shared_ptr<const CustomOp>> custom_ops_;
     std::vector<std::string> loaded_paths_;
 };
 

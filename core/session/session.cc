@@ -31,6 +31,9 @@ Session::Session(TessEnv& env, LoadedModel model, const TessSessionOptions& opti
     : graph_(std::move(model.graph)) {
     for (const auto& in : graph_.inputs) inputs_.push_back(make_io_info(graph_, in));
     for (const auto& out : graph_.outputs) outputs_.push_back(make_io_info(graph_, out));
+    custom_ops_ = env.plugins.custom_ops();
+    for (const auto& op : custom_ops_) custom_op_apis_.push_back(op->api);
+    infer_custom_op_types();
     choose_providers(env, options);
     PassContext context;
     context.evaluate = [this](const Graph& graph, size_t node) { return evaluate_constant_node(graph, node); };
@@ -78,6 +81,8 @@ void Session::choose_providers(TessEnv& env, const TessSessionOptions& options) 
     int threads = options.intra_op_threads;
     if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     provider_options.intra_op_threads = threads;
+    provider_options.custom_op_count = custom_op_apis_.size();
+    provider_options.custom_ops = custom_op_apis_.data();
     for (auto& provider : chosen) {
         try {
             instances_.emplace_back(ProviderInstance::create(provider, provider_options));
@@ -87,6 +92,41 @@ void Session::choose_providers(TessEnv& env, const TessSessionOptions& options) 
         }
     }
     if (instances_.empty()) fail(TESS_STATUS_UNAVAILABLE, "no execution provider could be started");
+}
+
+// Custom operators state their output types, so that providers (and the partition plan) see typed values.
+void Session::infer_custom_op_types() {
+    if (custom_ops_.empty()) return;
+    for (size_t n = 0; n < graph_.nodes.size(); ++n) {
+        const Node& node = graph_.nodes[n];
+        if (node.domain.empty()) continue;
+        int64_t opset = graph_.opset_of(node.domain);
+        for (const auto& op : custom_ops_) {
+            const TessCustomOpApi& api = *op->api;
+            if (api.infer_shapes == nullptr || node.domain != api.domain || node.op_type != api.name) continue;
+            if (opset < api.since_version || (api.end_version != 0 && opset > api.end_version)) continue;
+            GraphViewBuilder builder(graph_);
+            const TessGraphView* view = builder.build({n});
+            TessShapeContext ctx;
+            ctx.outputs.resize(node.outputs.size());
+            throw_if_error(api.infer_shapes(api.op_data, view->nodes[0], &ctx),
+                           fmt::format("shape inference of {}", node.label()));
+            for (size_t o = 0; o < node.outputs.size(); ++o) {
+                if (node.outputs[o].empty() || !ctx.outputs[o].set) continue;
+                TypeInfo type;
+                type.kind = TESS_VALUE_TENSOR;
+                type.element_type = ctx.outputs[o].element_type;
+                type.has_shape = ctx.outputs[o].rank >= 0;
+                if (type.has_shape) {
+                    type.dims = ctx.outputs[o].dims;
+                    type.dims.resize(static_cast<size_t>(ctx.outputs[o].rank), -1);
+                    type.dim_params.assign(type.dims.size(), "");
+                }
+                graph_.types[node.outputs[o]] = type;
+            }
+            break;
+        }
+    }
 }
 
 std::vector<ValuePtr> Session::evaluate_constant_node(const Graph& graph, size_t node_index) {

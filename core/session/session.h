@@ -54,8 +54,11 @@ private:
     std::vector<ValuePtr> evaluate_constant_node(const Graph& graph, size_t node_index);
     void compile(const TessSessionOptions& options);
     void check_input(const IoInfo& info, const TessValue& value) const;
+    void infer_custom_op_types();
 
     Graph graph_;
+    std::vector<std::shared_ptr<const CustomOp>> custom_ops_;  // keeps the libraries loaded
+    std::vector<const TessCustomOpApi*> custom_op_apis_;
     std::vector<InstanceRef> instances_;  // priority order
     std::unique_ptr<Executor> executor_;
     std::vector<IoInfo> inputs_, outputs_;

@@ -252,7 +252,7 @@ private:
     const MemoryPlan* plan_;
 };
 
-CompiledGraph::CompiledGraph(const TessGraphView& view, const KernelRegistry& registry) {
+CompiledGraph::CompiledGraph(const TessGraphView& view, const KernelSource& source) {
     std::unordered_map<std::string, int> ids;
     auto intern = [&](const TessValueView* v) -> int {
         auto [it, inserted] = ids.emplace(v->name, static_cast<int>(values_.size()));
@@ -269,11 +269,11 @@ CompiledGraph::CompiledGraph(const TessGraphView& view, const KernelRegistry& re
     for (size_t n = 0; n < view.node_count; ++n) {
         const TessNodeView& node = *view.nodes[n];
         std::string why;
-        const KernelDef* def = registry.find(node, &why);
-        if (def == nullptr) throw KernelError(why);
+        KernelSource::Match match = source.find(node, &why);
+        if (!match) throw KernelError(why);
         Step step;
         step.label = std::string(node.op_type) + (node.name[0] ? std::string(" '") + node.name + "'" : std::string());
-        step.memory = def->memory;
+        step.memory = match.def != nullptr ? match.def->memory : KernelMemory::Normal;
         auto read = [&](const TessValueView* v) {
             if (v == nullptr) return -1;
             int id = intern(v);
@@ -303,7 +303,7 @@ CompiledGraph::CompiledGraph(const TessGraphView& view, const KernelRegistry& re
             step.outputs.push_back(id);
         }
         try {
-            step.kernel = def->factory(NodeInfo(node));
+            step.kernel = source.create(match, NodeInfo(node, &source));
         } catch (const KernelError& e) {
             throw KernelError(step.label + ": " + e.what());
         }
@@ -480,9 +480,12 @@ const KernelRegistry* g_subgraph_registry = nullptr;
 
 void set_subgraph_registry(const KernelRegistry* registry) { g_subgraph_registry = registry; }
 
-std::unique_ptr<CompiledGraph> compile_subgraph(const TessGraphView& body) {
+std::unique_ptr<CompiledGraph> compile_subgraph(const TessGraphView& body, const KernelSource* source) {
+    if (source != nullptr) return std::make_unique<CompiledGraph>(body, *source);
     if (g_subgraph_registry == nullptr) throw KernelError("no kernel registry for subgraphs");
-    return std::make_unique<CompiledGraph>(body, *g_subgraph_registry);
+    KernelSource builtin;
+    builtin.registry = g_subgraph_registry;
+    return std::make_unique<CompiledGraph>(body, builtin);
 }
 
 }  // namespace tessera::cpu

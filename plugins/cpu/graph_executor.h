@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernel.h"
+#include "kernel_source.h"
 
 namespace tessera::cpu {
 
@@ -59,7 +60,7 @@ private:
 
 class CompiledGraph {
 public:
-    CompiledGraph(const TessGraphView& view, const KernelRegistry& registry);
+    CompiledGraph(const TessGraphView& view, const KernelSource& source);
     ~CompiledGraph();
 
     // Inputs: the view's inputs in order, then the values named by outer_names().
@@ -105,8 +106,9 @@ private:
     mutable std::map<std::vector<int64_t>, std::shared_ptr<const MemoryPlan>> plans_;
 };
 
-// Compiles a subgraph body with the provider's kernel registry (for control-flow kernels).
-std::unique_ptr<CompiledGraph> compile_subgraph(const TessGraphView& body);
+// Compiles a subgraph body (for control-flow kernels) with the kernels its node was compiled with; NULL `source`
+// means the built-in registry alone.
+std::unique_ptr<CompiledGraph> compile_subgraph(const TessGraphView& body, const KernelSource* source);
 void set_subgraph_registry(const KernelRegistry* registry);
 
 }  // namespace tessera::cpu

@@ -47,10 +47,15 @@ struct Tensor {
     size_t byte_size() const;
 };
 
+struct KernelSource;
+
 // Static facts about one node, available when the kernel is created.
 class NodeInfo {
 public:
-    explicit NodeInfo(const TessNodeView& node) : node_(node) {}
+    explicit NodeInfo(const TessNodeView& node, const KernelSource* source = nullptr) : node_(node), source_(source) {}
+
+    // Where this node's kernel came from; control-flow kernels compile their bodies with it.
+    const KernelSource* source() const { return source_; }
 
     std::string_view op_type() const { return node_.op_type; }
     std::string_view domain() const { return node_.domain; }
@@ -84,6 +89,7 @@ public:
 
 private:
     const TessNodeView& node_;
+    const KernelSource* source_;
 };
 
 // What a kernel sees while it runs.  Implemented by the executor.

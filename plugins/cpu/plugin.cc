@@ -51,6 +51,7 @@ using namespace tessera::cpu;
 struct TessProviderInstance {
     std::unique_ptr<ThreadPool> pool;
     CachingAllocator allocator;
+    KernelSource kernels;  // the built-in registry plus the session's custom operators
 };
 
 struct TessCompiled {
@@ -86,18 +87,21 @@ TessStatus* create_instance(void*, const TessProviderOptions* options, TessProvi
         int threads = options != nullptr && options->intra_op_threads > 0 ? options->intra_op_threads : 1;
         auto instance = std::make_unique<TessProviderInstance>();
         instance->pool = std::make_unique<ThreadPool>(threads);
+        instance->kernels.registry = &plugin().registry;
+        if (options != nullptr && TESS_HAS_FIELD(options, TessProviderOptions, custom_ops))
+            instance->kernels.custom_ops.assign(options->custom_ops, options->custom_ops + options->custom_op_count);
         *out = instance.release();
     });
 }
 
 void release_instance(TessProviderInstance* instance) { delete instance; }
 
-TessStatus* get_capability(TessProviderInstance*, const TessGraphView* graph, TessCapabilityContext* ctx) {
+TessStatus* get_capability(TessProviderInstance* instance, const TessGraphView* graph, TessCapabilityContext* ctx) {
     return guarded([&] {
         for (size_t n = 0; n < graph->node_count; ++n) {
             const TessNodeView& node = *graph->nodes[n];
             std::string why;
-            if (plugin().registry.find(node, &why) != nullptr) host().capability_claim(ctx, node.index);
+            if (instance->kernels.find(node, &why)) host().capability_claim(ctx, node.index);
             else host().capability_decline(ctx, node.index, why.c_str());
         }
     });
@@ -106,7 +110,7 @@ TessStatus* get_capability(TessProviderInstance*, const TessGraphView* graph, Te
 TessStatus* compile(TessProviderInstance* instance, const TessGraphView* graph, TessCompiled** out) {
     return guarded([&] {
         auto compiled = std::make_unique<TessCompiled>();
-        compiled->graph = std::make_unique<CompiledGraph>(*graph, plugin().registry);
+        compiled->graph = std::make_unique<CompiledGraph>(*graph, instance->kernels);
         compiled->pool = instance->pool.get();
         *out = compiled.release();
     });

@@ -1,5 +1,6 @@
 /* Compiled as C99 with -pedantic -Werror: the public headers must be plain C. */
 #include "tessera/common.h"
+#include "tessera/custom_op.h"
 #include "tessera/provider.h"
 #include "tessera/tessera.h"
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tessera/custom_op.h"
 #include "tessera/provider.h"
 #include "tessera/tessera.h"
 
@@ -26,7 +27,8 @@ static_assert(offsetof(TessPluginInfo, state) == 32);
 static_assert(offsetof(TessPluginInfo, reason) == 40);
 static_assert(offsetof(TessPluginInfo, abi_version) == 48);
 static_assert(offsetof(TessPluginInfo, providers) == 64);
-static_assert(sizeof(TessPluginInfo) == 72);
+static_assert(offsetof(TessPluginInfo, custom_ops) == 80);
+static_assert(sizeof(TessPluginInfo) == 88);
 
 static_assert(offsetof(TessValueInfo, name) == 8);
 static_assert(offsetof(TessValueInfo, kind) == 16);
@@ -67,10 +69,13 @@ static_assert(offsetof(TessHostApi, log) == 48);
 static_assert(offsetof(TessHostApi, value_release) == 192);
 static_assert(offsetof(TessHostApi, capability_claim) == 200);
 static_assert(offsetof(TessHostApi, compute_set_output) == 248);
-static_assert(sizeof(TessHostApi) == 256);
+static_assert(offsetof(TessHostApi, value_create_tensor_view) == 256);
+static_assert(offsetof(TessHostApi, shape_set_output) == 264);
+static_assert(sizeof(TessHostApi) == 272);
 
 static_assert(offsetof(TessProviderOptions, intra_op_threads) == 8);
-static_assert(sizeof(TessProviderOptions) == 40);
+static_assert(offsetof(TessProviderOptions, custom_ops) == 48);
+static_assert(sizeof(TessProviderOptions) == 56);
 
 static_assert(offsetof(TessProviderApi, name) == 8);
 static_assert(offsetof(TessProviderApi, check_available) == 24);
@@ -82,7 +87,18 @@ static_assert(sizeof(TessProviderApi) == 128);
 static_assert(offsetof(TessPluginExports, abi_version) == 8);
 static_assert(offsetof(TessPluginExports, providers) == 40);
 static_assert(offsetof(TessPluginExports, shutdown) == 48);
-static_assert(sizeof(TessPluginExports) == 56);
+static_assert(offsetof(TessPluginExports, custom_ops) == 64);
+static_assert(sizeof(TessPluginExports) == 72);
+
+static_assert(offsetof(TessCustomOpParam, types) == 16);
+static_assert(offsetof(TessCustomOpParam, variadic) == 36);
+static_assert(sizeof(TessCustomOpParam) == 40);
+static_assert(offsetof(TessKernelContextApi, set_output) == 40);
+static_assert(sizeof(TessKernelContextApi) == 48);
+static_assert(offsetof(TessCustomOpApi, since_version) == 24);
+static_assert(offsetof(TessCustomOpApi, op_data) == 88);
+static_assert(offsetof(TessCustomOpApi, compute) == 128);
+static_assert(sizeof(TessCustomOpApi) == 136);
 
 // Enumerations keep ONNX's numbers.
 static_assert(TESS_ELEMENT_FLOAT32 == 1 && TESS_ELEMENT_STRING == 8 && TESS_ELEMENT_BFLOAT16 == 16 &&

@@ -122,6 +122,8 @@ struct TessGraphView {
 
 typedef struct TessCapabilityContext TessCapabilityContext;
 typedef struct TessComputeContext TessComputeContext;
+typedef struct TessShapeContext TessShapeContext;   /* custom_op.h */
+struct TessCustomOpApi;                              /* custom_op.h */
 
 typedef struct TessHostApi {
     size_t struct_size;
@@ -174,6 +176,15 @@ typedef struct TessHostApi {
     TessStatus* (*compute_allocate_output)(TessComputeContext* context, size_t index, int32_t element_type,
                                            const int64_t* dims, size_t rank, TessValue** out);
     TessStatus* (*compute_set_output)(TessComputeContext* context, size_t index, TessValue* value);
+
+    /* A host tensor over memory the value does not own (valid while the caller keeps `data` alive); lets a
+     * provider show its own buffers to custom-op kernels.  Not for strings. */
+    TessStatus* (*value_create_tensor_view)(int32_t element_type, const int64_t* dims, size_t rank, void* data,
+                                            size_t byte_size, TessValue** out);
+    /* Custom-op shape inference (custom_op.h): output `index` has this element type and shape (rank -1: unknown,
+     * dims entries -1: unknown). */
+    void (*shape_set_output)(TessShapeContext* context, size_t index, int32_t element_type, const int64_t* dims,
+                             int64_t rank);
 } TessHostApi;
 
 /* ---- What a provider implements ------------------------------------------------------------------------------ */
@@ -188,6 +199,10 @@ typedef struct TessProviderOptions {
     size_t config_count;      /* provider-specific "key" = "value" pairs (reserved, 0 today) */
     const char* const* config_keys;
     const char* const* config_values;
+    /* Custom operators of the loaded custom-op libraries (custom_op.h), valid for the instance's lifetime.  A host
+     * provider may claim the nodes they match and run them; others ignore them. */
+    size_t custom_op_count;
+    const struct TessCustomOpApi* const* custom_ops;
 } TessProviderOptions;
 
 typedef struct TessProviderApi {
@@ -245,6 +260,9 @@ typedef struct TessPluginExports {
     const TessProviderApi* const* providers; /* static, or owned by the plugin until unload */
     /* Called before the library is unloaded (may be NULL). */
     void (*shutdown)(void);
+    /* Custom operators this library adds (custom_op.h); static, or owned by the plugin until unload. */
+    size_t custom_op_count;
+    const struct TessCustomOpApi* const* custom_ops;
 } TessPluginExports;
 
 /* Entry function.  `host` lives as long as the plugin is loaded.  Return NULL after filling `exports`, or a status

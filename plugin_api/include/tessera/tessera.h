@@ -78,6 +78,8 @@ typedef struct TessPluginInfo {
     uint32_t abi_version;    /* negotiated ABI version; 0 when none */
     size_t provider_count;   /* execution providers it contributed */
     const char* providers;   /* their names, comma-separated */
+    size_t custom_op_count;  /* custom operators it contributed (custom_op.h) */
+    const char* custom_ops;  /* "domain:name" entries, comma-separated */
 } TessPluginInfo;
 
 TESS_EXPORT size_t tess_env_plugin_count(const TessEnv* env);
@@ -173,11 +175,12 @@ TESS_EXPORT TessStatus* tess_value_create_tensor_over(int32_t element_type, cons
                                                       void* data, size_t byte_size,
                                                       void (*deleter)(void* deleter_data, void* data),
                                                       void* deleter_data, TessValue** out);
-/* A sequence that takes ownership of `count` values (all of one kind).  `element_type` names the tensor type of
+/* A sequence that takes ownership of `count` values (all of one kind), even when it fails.  `element_type` names the tensor type of
  * the elements so that an empty sequence is typed. */
 TESS_EXPORT TessStatus* tess_value_create_sequence(int32_t element_type, TessValue* const* items, size_t count,
                                                    TessValue** out);
-/* An optional that takes ownership of `inner` (NULL: an empty optional of a tensor of `element_type`). */
+/* An optional that takes ownership of `inner`, even when it fails (NULL: an empty optional of a tensor of
+ * `element_type`). */
 TESS_EXPORT TessStatus* tess_value_create_optional(int32_t element_type, TessValue* inner, TessValue** out);
 TESS_EXPORT void tess_value_release(TessValue* value);
 

@@ -7,47 +7,11 @@
 #include "graph_executor.h"
 #include "host.h"
 #include "kernels/all_kernels.h"
+#include "util/subgraph_body.h"
 
 namespace tessera::cpu {
 
 namespace {
-
-// A compiled body plus where each of its outer-scope names comes from among the node's inputs.
-struct Body {
-    std::unique_ptr<CompiledGraph> graph;
-    std::vector<size_t> outer_inputs;  // ctx input index for each of graph->outer_names()
-
-    Body(const NodeInfo& info, const char* attribute) {
-        const TessAttributeView* attr = info.find(attribute);
-        if (attr == nullptr || attr->type != TESS_ATTR_GRAPH || attr->graph == nullptr)
-            throw KernelError(std::string(info.op_type()) + " needs the graph attribute '" + attribute + "'");
-        graph = compile_subgraph(*attr->graph);
-        const TessNodeView& node = info.view();
-        std::unordered_map<std::string, size_t> implicit;
-        for (size_t i = 0; i < node.implicit_input_count; ++i)
-            implicit[node.implicit_inputs[i]->name] = node.input_count + i;
-        for (const auto& name : graph->outer_names()) {
-            auto it = implicit.find(name);
-            if (it == implicit.end())
-                throw KernelError(std::string(info.op_type()) + " body reads '" + name + "', which is not in scope");
-            outer_inputs.push_back(it->second);
-        }
-    }
-
-    // Appends the outer-scope bindings to `bindings`.
-    void bind_outer(const KernelContext& ctx, std::vector<Binding>& bindings) const {
-        for (size_t index : outer_inputs) bindings.push_back(input_binding(ctx, index));
-    }
-
-    static Binding input_binding(const KernelContext& ctx, size_t index) {
-        Binding b;
-        if (!ctx.has_input(index)) return b;
-        b.present = true;
-        b.tensor = ctx.input(index);
-        b.value = ctx.input_value(index);
-        return b;
-    }
-};
 
 // Moves body output j to node output i (values are handed over, tensors copied into the node's output).
 void forward_output(KernelContext& ctx, size_t i, OwnedOutputs& outputs, size_t j) {
@@ -78,11 +42,10 @@ public:
     explicit IfKernel(const NodeInfo& info) : then_(info, "then_branch"), else_(info, "else_branch") {}
 
     void compute(KernelContext& ctx) const override {
-        const Body& body = scalar_bool(ctx.input(0), "If condition") ? then_ : else_;
+        const SubgraphBody& body = scalar_bool(ctx.input(0), "If condition") ? then_ : else_;
         std::vector<Binding> bindings;
-        body.bind_outer(ctx, bindings);
-        OwnedOutputs outputs(body.graph->output_count());
-        body.graph->run(bindings, outputs, ctx.pool());
+        OwnedOutputs outputs(body.graph().output_count());
+        body.run(ctx, std::move(bindings), outputs);
         if (outputs.size() != ctx.output_count())
             throw KernelError("If branch has " + std::to_string(outputs.size()) + " outputs, the node " +
                               std::to_string(ctx.output_count()));
@@ -90,7 +53,7 @@ public:
     }
 
 private:
-    Body then_, else_;
+    SubgraphBody then_, else_;
 };
 
 // Accumulates per-iteration tensors, then lays them out stacked along a new axis.
@@ -129,7 +92,7 @@ public:
         size_t scans = ctx.output_count() - carried_;
 
         std::vector<Binding> state;
-        for (size_t k = 0; k < carried_; ++k) state.push_back(Body::input_binding(ctx, 2 + k));
+        for (size_t k = 0; k < carried_; ++k) state.push_back(SubgraphBody::input_binding(ctx, 2 + k));
         std::unique_ptr<OwnedOutputs> previous;  // keeps the current loop-carried values alive
         std::vector<Stacked> stacked(scans);
         int64_t iteration = 0;
@@ -145,9 +108,8 @@ public:
             bindings.push_back(iter_binding);
             bindings.push_back(cond_binding);
             bindings.insert(bindings.end(), state.begin(), state.end());
-            body_.bind_outer(ctx, bindings);
-            auto outputs = std::make_unique<OwnedOutputs>(body_.graph->output_count());
-            body_.graph->run(bindings, *outputs, ctx.pool());
+            auto outputs = std::make_unique<OwnedOutputs>(body_.graph().output_count());
+            body_.run(ctx, std::move(bindings), *outputs);
             if (outputs->size() != 1 + carried_ + scans) throw KernelError("Loop body output count does not match");
             condition = scalar_bool((*outputs)[0].tensor, "Loop body condition");
             cond_in = condition ? 1 : 0;
@@ -169,7 +131,7 @@ public:
     }
 
 private:
-    Body body_;
+    SubgraphBody body_;
     size_t carried_;
 };
 
@@ -298,9 +260,8 @@ private:
                 b.tensor.data = slices[k].data();
                 bindings.push_back(b);
             }
-            body_.bind_outer(ctx, bindings);
-            auto outputs = std::make_unique<OwnedOutputs>(body_.graph->output_count());
-            body_.graph->run(bindings, *outputs, ctx.pool());
+            auto outputs = std::make_unique<OwnedOutputs>(body_.graph().output_count());
+            body_.run(ctx, std::move(bindings), *outputs);
             for (size_t k = 0; k < states_; ++k) state[k] = (*outputs)[k];
             for (size_t s = 0; s < scan_outputs; ++s) {
                 const Tensor& slice = (*outputs)[states_ + s].tensor;
@@ -319,7 +280,7 @@ private:
         }
     }
 
-    Body body_;
+    SubgraphBody body_;
     bool batched_;
     size_t scan_inputs_;
     size_t states_ = 0;
@@ -348,12 +309,11 @@ public:
                         if (h.sequence_length(v) != length) throw KernelError("SequenceMap sequences differ in length");
                         bindings.push_back(bind_value(h.sequence_at(v, i)));
                     } else {
-                        bindings.push_back(Body::input_binding(ctx, k));
+                        bindings.push_back(SubgraphBody::input_binding(ctx, k));
                     }
                 }
-                body_.bind_outer(ctx, bindings);
-                OwnedOutputs outputs(body_.graph->output_count());
-                body_.graph->run(bindings, outputs, ctx.pool());
+                OwnedOutputs outputs(body_.graph().output_count());
+                body_.run(ctx, std::move(bindings), outputs);
                 for (size_t o = 0; o < outputs_count; ++o) {
                     const Binding& b = outputs[o];
                     TessValue* item = nullptr;
@@ -381,7 +341,7 @@ public:
 private:
     static int32_t sequence_element_type(const TessValue* v) { return host().value_element_type(v); }
 
-    Body body_;
+    SubgraphBody body_;
     size_t inputs_;
 };
 

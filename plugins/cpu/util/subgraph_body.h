@@ -21,7 +21,7 @@ public:
         if (attr == nullptr || attr->type != TESS_ATTR_GRAPH || attr->graph == nullptr)
             throw KernelError(std::string(info.op_type()) + ": attribute '" + std::string(attribute) +
                               "' must be a graph");
-        graph_ = compile_subgraph(*attr->graph);
+        graph_ = compile_subgraph(*attr->graph, info.source());
         const TessNodeView& node = info.view();
         std::unordered_map<std::string, size_t> implicit;
         for (size_t i = 0; i < node.implicit_input_count; ++i)
