@@ -15,7 +15,14 @@ void register_all_kernels(KernelRegistry& registry) {
     register_tensor_kernels(registry);
     register_sequence_kernels(registry);
     register_string_kernels(registry);
+    register_transformer_kernels(registry);
     register_control_flow_kernels(registry);
+    register_rnn_kernels(registry);
+    register_signal_kernels(registry);
+    register_resize_kernels(registry);
+    register_image_kernels(registry);
+    register_loss_kernels(registry);
+    register_quantize_kernels(registry);
 }
 
 }  // namespace tessera::cpu

@@ -16,6 +16,7 @@
 #include "util/float16_compute.h"
 #include "util/type_list.h"
 #include "util/vec_math.h"
+#include "util/wrapping.h"
 
 namespace tessera::cpu {
 
@@ -101,23 +102,14 @@ private:
     Fn fn_;
 };
 
-// Two's complement negation without signed-overflow UB.
-template <typename T> T negate(T x) {
-    if constexpr (std::is_integral_v<T>) return static_cast<T>(-static_cast<std::make_unsigned_t<T>>(x));
-    else return -x;
-}
-
 // ---- Unary math ----------------------------------------------------------------------------------------------
 
 struct Abs {
-    template <typename T> T operator()(T x) const {
-        if constexpr (std::is_unsigned_v<T>) return x;
-        else return x < 0 ? negate(x) : x;
-    }
+    template <typename T> T operator()(T x) const { return wrapping_abs(x); }
     [[gnu::always_inline]] vec::Vf vec(vec::Vf x) const { return vec::abs(x); }
 };
 struct Neg {
-    template <typename T> T operator()(T x) const { return negate(x); }
+    template <typename T> T operator()(T x) const { return wrapping_neg(x); }
     [[gnu::always_inline]] vec::Vf vec(vec::Vf x) const { return -x; }
 };
 struct Exp {

@@ -18,8 +18,15 @@ void register_shape_kernels(KernelRegistry& registry);          // kernels/shape
 void register_tensor_kernels(KernelRegistry& registry);         // kernels/tensor_ops.cc: Concat, Slice, Gather, ...
 void register_sequence_kernels(KernelRegistry& registry);       // kernels/sequence.cc
 void register_string_kernels(KernelRegistry& registry);         // kernels/string_ops.cc
+void register_transformer_kernels(KernelRegistry& registry);    // kernels/transformer.cc: Attention, RoPE, RMSNorm, ...
 
 void register_control_flow_kernels(KernelRegistry& registry);  // kernels/control_flow.cc: If, Loop, Scan, SequenceMap
+void register_rnn_kernels(KernelRegistry& registry);           // kernels/rnn.cc: RNN, GRU, LSTM
+void register_signal_kernels(KernelRegistry& registry);        // kernels/signal.cc: DFT, STFT, windows, MelWeightMatrix
+void register_resize_kernels(KernelRegistry& registry);        // kernels/resize.cc: Resize, Upsample
+void register_image_kernels(KernelRegistry& registry);         // kernels/image.cc: GridSample, RoiAlign, NMS, ...
+void register_loss_kernels(KernelRegistry& registry);           // kernels/loss.cc: NLL and softmax cross-entropy
+void register_quantize_kernels(KernelRegistry& registry);      // kernels/quantize.cc: (De)QuantizeLinear, QLinear*, *Integer
 
 void register_all_kernels(KernelRegistry& registry);
 

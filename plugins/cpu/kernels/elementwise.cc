@@ -14,17 +14,13 @@
 #include "util/broadcast.h"
 #include "util/float16_compute.h"
 #include "util/type_list.h"
+#include "util/wrapping.h"
 
 namespace tessera::cpu {
 
 namespace {
 
 // ---- Integer helpers -------------------------------------------------------------------------------------------
-
-// Integer arithmetic wraps around like two's complement hardware (and ONNX Runtime); computing in a wide enough
-// unsigned type keeps that free of C++ undefined behaviour.
-template <typename T>
-using WrapType = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 
 // Converts a double to an integer type the way numpy's astype does for in-range values (truncation), and
 // saturates instead of invoking undefined behaviour for values out of range or NaN.
@@ -42,25 +38,15 @@ template <typename T> T saturating_cast(double v) {
 // ---- Functors --------------------------------------------------------------------------------------------------
 // Each functor maps (T, T) to its output element; a functor with attributes has a NodeInfo constructor.
 
+// Integer arithmetic wraps around on overflow (util/wrapping.h).
 struct AddOp {
-    template <typename T> T operator()(T a, T b) const {
-        if constexpr (std::is_integral_v<T>) return static_cast<T>(WrapType<T>(a) + WrapType<T>(b));
-        else return a + b;
-    }
+    template <typename T> T operator()(T a, T b) const { return wrapping_add(a, b); }
 };
-
 struct SubOp {
-    template <typename T> T operator()(T a, T b) const {
-        if constexpr (std::is_integral_v<T>) return static_cast<T>(WrapType<T>(a) - WrapType<T>(b));
-        else return a - b;
-    }
+    template <typename T> T operator()(T a, T b) const { return wrapping_sub(a, b); }
 };
-
 struct MulOp {
-    template <typename T> T operator()(T a, T b) const {
-        if constexpr (std::is_integral_v<T>) return static_cast<T>(WrapType<T>(a) * WrapType<T>(b));
-        else return a * b;
-    }
+    template <typename T> T operator()(T a, T b) const { return wrapping_mul(a, b); }
 };
 
 struct DivOp {
@@ -70,7 +56,7 @@ struct DivOp {
         if constexpr (std::is_integral_v<T>) {
             if (b == 0) return 0;
             if constexpr (std::is_signed_v<T>) {
-                if (b == -1) return static_cast<T>(WrapType<T>(0) - WrapType<T>(a));
+                if (b == -1) return wrapping_neg(a);
             }
             return static_cast<T>(a / b);
         } else {
@@ -172,7 +158,7 @@ struct BitShiftOp {
     // Shifting by the bit width or more gives 0 (C++ leaves it undefined).
     template <typename T> T operator()(T a, T b) const {
         if (b >= sizeof(T) * 8) return 0;
-        using W = WrapType<T>;
+        using W = WrappingType<T>;
         return static_cast<T>(left ? W(a) << b : W(a) >> b);
     }
 };
@@ -292,16 +278,14 @@ template <typename T, typename E> T integer_pow(T base, E exponent) {
             return 0;  // |1 / base^n| < 1 (and 1/0 has no integer value)
         }
     }
-    using W = WrapType<T>;
-    W result = 1;
-    W b = static_cast<W>(base);
+    T result = 1;
     auto e = static_cast<std::make_unsigned_t<E>>(exponent);
     while (e) {
-        if (e & 1) result = static_cast<W>(result * b);
-        b = static_cast<W>(b * b);
+        if (e & 1) result = wrapping_mul(result, base);
+        base = wrapping_mul(base, base);
         e >>= 1;
     }
-    return static_cast<T>(result);
+    return result;
 }
 
 template <typename T, typename E> T power(T base, E exponent) {

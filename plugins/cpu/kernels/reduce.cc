@@ -1,6 +1,8 @@
 // CPU provider: reductions — ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2,
 // ReduceLogSum, ReduceLogSumExp, ReduceSumSquare — and ArgMax/ArgMin.
 //
+// Integer sums and products wrap around on overflow (util/wrapping.h).
+//
 // A reduction is described by a Reducer (identity, step, finish) and run over the input viewed as alternating
 // groups of kept and reduced dimensions (util/axes.h):
 //  - rows     {K kept, R reduced}: each output folds R contiguous elements (several accumulators per row, so the
@@ -21,30 +23,13 @@
 #include "util/axes.h"
 #include "util/type_list.h"
 #include "util/vec_math.h"
+#include "util/wrapping.h"
 
 namespace tessera::cpu {
 
 namespace {
 
 enum class Reduction { Sum, Mean, SumSquare, L1, L2, LogSum, LogSumExp, Prod, Max, Min };
-
-// Integer sums and products wrap (two's complement) instead of overflowing into undefined behaviour.
-template <typename T> T wrapping_add(T a, T b) {
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-        using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
-        return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-    } else {
-        return a + b;
-    }
-}
-template <typename T> T wrapping_mul(T a, T b) {
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-        using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
-        return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-    } else {
-        return a * b;
-    }
-}
 
 // Transcendental finishing steps of integer reductions run in double and truncate, like numpy's astype.
 template <typename T> using Wide = std::conditional_t<std::is_same_v<T, float>, float, double>;
@@ -100,9 +85,7 @@ template <Reduction R, typename T> struct Reducer {
         } else if constexpr (R == Reduction::SumSquare || R == Reduction::L2) {
             return wrapping_add(a, wrapping_mul(x, x));
         } else if constexpr (R == Reduction::L1) {
-            if constexpr (std::is_unsigned_v<T>) return wrapping_add(a, x);
-            else if constexpr (std::is_floating_point_v<T>) return a + std::abs(x);
-            else return wrapping_add(a, x < T(0) ? static_cast<T>(-static_cast<std::make_unsigned_t<T>>(x)) : x);
+            return wrapping_add(a, wrapping_abs(x));
         } else {
             return wrapping_add(a, x);
         }

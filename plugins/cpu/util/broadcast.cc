@@ -93,7 +93,7 @@ BroadcastPlan::BroadcastPlan(std::string_view op, std::span<const Shape* const> 
     build(op, inputs);
 }
 
-void BroadcastPlan::build(std::string_view, std::span<const Shape* const> inputs) {
+void BroadcastPlan::build(std::string_view op, std::span<const Shape* const> inputs) {
     const size_t n = inputs.size();
     const size_t rank = output_shape_.size();
     output_size_ = shape_size(output_shape_);
@@ -125,6 +125,9 @@ void BroadcastPlan::build(std::string_view, std::span<const Shape* const> inputs
         for (size_t i = 0; i < n; ++i) stretched[i].push_back(false);
     }
 
+    if (dims.size() > kMaxCollapsedRank) {
+        throw KernelError(std::string(op) + ": too many dimensions to broadcast (" + std::to_string(dims.size()) + ")");
+    }
     dims_ = dims;
     strides_.assign(n, std::vector<int64_t>(dims.size(), 0));
     full_.assign(n, false);

@@ -64,6 +64,9 @@ public:
     // True when input i holds a single element.
     bool is_scalar(size_t i) const { return scalar_[i]; }
 
+    // At most this many collapsed dimensions (a plan for more throws KernelError): far beyond any real model.
+    static constexpr size_t kMaxCollapsedRank = 32;
+
     // Collapsed output dimensions (innermost last) and each input's element strides over them (0 = stretched).
     const std::vector<int64_t>& collapsed_dims() const { return dims_; }
     const std::vector<int64_t>& collapsed_strides(size_t i) const { return strides_[i]; }
@@ -95,7 +98,7 @@ void walk_runs(const BroadcastPlan& plan, int64_t begin, int64_t end, Fn& fn) {
     // Decompose the first run index into collapsed outer coordinates once; later runs step like an odometer.
     int64_t run = begin / inner;
     int64_t pos = begin % inner;
-    std::vector<int64_t> index(rank, 0);
+    std::array<int64_t, BroadcastPlan::kMaxCollapsedRank> index{};  // no allocation: this runs in parallel regions
     std::array<int64_t, N> base{};
     for (size_t d = rank - 1; d-- > 0;) {
         index[d] = run % dims[d];

@@ -1,0 +1,746 @@
+// CPU provider: the recurrent layers RNN, GRU and LSTM, opsets 7-13 and 14+ (14 adds the `layout` attribute;
+// later versions only add element types).
+//
+// One driver runs all three cells.  The input projections of every time step and both directions are a single
+// GEMM, X[steps * batch, input] x W^T -> [steps * batch, directions * gates * hidden] (W holds the directions back
+// to back), done once up front.  Each step then computes the recurrent product H_prev x R^T for the whole batch
+// (a second GEMM) and applies the cell's gate equations row by row.  Batch rows past their sequence length stop
+// updating and emit zeros.  float16/bfloat16 run in float.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/all_kernels.h"
+#include "util/data_movement.h"
+#include "util/float16_compute.h"
+#include "util/gemm.h"
+#include "util/type_list.h"
+#include "util/vec_math.h"
+
+namespace tessera::cpu {
+
+namespace {
+
+// ---- Activation functions --------------------------------------------------------------------------------------
+
+enum class ActivationKind {
+    Relu,
+    Tanh,
+    Sigmoid,
+    Affine,
+    LeakyRelu,
+    ThresholdedRelu,
+    ScaledTanh,
+    HardSigmoid,
+    Elu,
+    Softsign,
+    Softplus
+};
+
+struct Activation {
+    ActivationKind kind = ActivationKind::Tanh;
+    float alpha = 0;
+    float beta = 0;
+};
+
+// The activation names the ONNX recurrent ops accept, which of alpha/beta each one reads, and their defaults
+// (those of the ONNX operator of the same name).
+struct ActivationSpec {
+    std::string_view name;
+    ActivationKind kind;
+    bool uses_alpha;
+    bool uses_beta;
+    float default_alpha;
+    float default_beta;
+};
+
+constexpr ActivationSpec kActivationSpecs[] = {
+    {"relu", ActivationKind::Relu, false, false, 0.0f, 0.0f},
+    {"tanh", ActivationKind::Tanh, false, false, 0.0f, 0.0f},
+    {"sigmoid", ActivationKind::Sigmoid, false, false, 0.0f, 0.0f},
+    {"affine", ActivationKind::Affine, true, true, 1.0f, 0.0f},
+    {"leakyrelu", ActivationKind::LeakyRelu, true, false, 0.01f, 0.0f},
+    {"thresholdedrelu", ActivationKind::ThresholdedRelu, true, false, 1.0f, 0.0f},
+    {"scaledtanh", ActivationKind::ScaledTanh, true, true, 1.0f, 1.0f},
+    {"hardsigmoid", ActivationKind::HardSigmoid, true, true, 0.2f, 0.5f},
+    {"elu", ActivationKind::Elu, true, false, 1.0f, 0.0f},
+    {"softsign", ActivationKind::Softsign, false, false, 0.0f, 0.0f},
+    {"softplus", ActivationKind::Softplus, false, false, 0.0f, 0.0f},
+};
+
+std::string lowercase(std::string_view text) {
+    std::string out(text);
+    for (char& ch : out) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    return out;
+}
+
+// Parses `names` (case-insensitive).  activation_alpha / activation_beta values are consumed in order by the
+// activations that take that parameter, the others skip them (as ONNX Runtime reads them); missing values take
+// the operator defaults.
+std::vector<Activation> parse_activations(const std::string& op, const std::vector<std::string>& names,
+                                          const std::vector<float>& alphas, const std::vector<float>& betas) {
+    std::vector<Activation> out;
+    size_t next_alpha = 0, next_beta = 0;
+    for (const std::string& name : names) {
+        const std::string key = lowercase(name);
+        const auto* spec = std::find_if(std::begin(kActivationSpecs), std::end(kActivationSpecs),
+                                        [&](const ActivationSpec& s) { return s.name == key; });
+        if (spec == std::end(kActivationSpecs)) throw KernelError(op + ": unsupported activation '" + name + "'");
+        Activation a{spec->kind, spec->default_alpha, spec->default_beta};
+        if (spec->uses_alpha && next_alpha < alphas.size()) a.alpha = alphas[next_alpha++];
+        if (spec->uses_beta && next_beta < betas.size()) a.beta = betas[next_beta++];
+        out.push_back(a);
+    }
+    return out;
+}
+
+template <typename T> T softplus(T x) {
+    // log(1 + e^x) without overflow for large x.
+    return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+}
+
+// x[k] = f(x[k]) for k < n.  Sigmoid and tanh, the common gates, are vectorized for float.
+template <typename T> void activate(const Activation& f, T* x, int64_t n) {
+    const T alpha = T(f.alpha), beta = T(f.beta);
+    switch (f.kind) {
+        case ActivationKind::Sigmoid:
+            if constexpr (std::is_same_v<T, float>) {
+                vec::run_best_isa([&] { vec::map(x, x, n, [](vec::Vf v) { return vec::sigmoid(v); }); });
+            } else {
+                for (int64_t k = 0; k < n; ++k) x[k] = T(1) / (T(1) + std::exp(-x[k]));
+            }
+            return;
+        case ActivationKind::Tanh:
+            if constexpr (std::is_same_v<T, float>) {
+                vec::run_best_isa([&] { vec::map(x, x, n, [](vec::Vf v) { return vec::tanh(v); }); });
+            } else {
+                for (int64_t k = 0; k < n; ++k) x[k] = std::tanh(x[k]);
+            }
+            return;
+        case ActivationKind::Relu:
+            for (int64_t k = 0; k < n; ++k) x[k] = x[k] > T(0) ? x[k] : T(0);
+            return;
+        case ActivationKind::Affine:
+            for (int64_t k = 0; k < n; ++k) x[k] = alpha * x[k] + beta;
+            return;
+        case ActivationKind::LeakyRelu:
+            for (int64_t k = 0; k < n; ++k) x[k] = x[k] >= T(0) ? x[k] : alpha * x[k];
+            return;
+        case ActivationKind::ThresholdedRelu:
+            for (int64_t k = 0; k < n; ++k) x[k] = x[k] > alpha ? x[k] : T(0);
+            return;
+        case ActivationKind::ScaledTanh:
+            for (int64_t k = 0; k < n; ++k) x[k] = alpha * std::tanh(beta * x[k]);
+            return;
+        case ActivationKind::HardSigmoid:
+            for (int64_t k = 0; k < n; ++k) x[k] = std::min(T(1), std::max(T(0), alpha * x[k] + beta));
+            return;
+        case ActivationKind::Elu:
+            for (int64_t k = 0; k < n; ++k) x[k] = x[k] >= T(0) ? x[k] : alpha * (std::exp(x[k]) - T(1));
+            return;
+        case ActivationKind::Softsign:
+            for (int64_t k = 0; k < n; ++k) x[k] = x[k] / (T(1) + std::abs(x[k]));
+            return;
+        case ActivationKind::Softplus:
+            for (int64_t k = 0; k < n; ++k) x[k] = softplus(x[k]);
+            return;
+    }
+}
+
+// ---- Cells -----------------------------------------------------------------------------------------------------
+
+enum class Cell { Rnn, Gru, Lstm };
+
+constexpr int64_t gate_count(Cell cell) { return cell == Cell::Rnn ? 1 : cell == Cell::Gru ? 3 : 4; }
+
+// f for RNN; f (gates), g (candidate) for GRU; f (gates), g (cell input), h (cell output) for LSTM.
+constexpr size_t activations_per_direction(Cell cell) { return cell == Cell::Rnn ? 1 : cell == Cell::Gru ? 2 : 3; }
+
+const char* cell_name(Cell cell) { return cell == Cell::Rnn ? "RNN" : cell == Cell::Gru ? "GRU" : "LSTM"; }
+
+// Input indices.  X, W, R, B, sequence_lens, initial_h are common; LSTM adds initial_c and P.
+enum Input : size_t { kX = 0, kW, kR, kB, kSequenceLens, kInitialH, kInitialC, kPeepholes };
+
+// Sizes of one run.
+struct Dims {
+    int64_t steps = 0, batch = 0, input = 0, hidden = 0, directions = 1, gates = 1;
+    int64_t gate_width() const { return gates * hidden; }
+};
+
+// The run's float inputs as T pointers (nullptr when absent) and outputs (nullptr when not wanted).
+template <typename T> struct Buffers {
+    const T* x = nullptr;
+    const T* w = nullptr;
+    const T* r = nullptr;
+    const T* b = nullptr;
+    const T* initial_h = nullptr;
+    const T* initial_c = nullptr;
+    const T* peepholes = nullptr;
+    T* y = nullptr;
+    T* y_h = nullptr;
+    T* y_c = nullptr;
+};
+
+int64_t max_steps(const std::vector<int64_t>& lengths) {
+    return lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+}
+
+// The recurrent product of one step, out[n, 0:rows) (row stride ldo) = state[n, :] x R'^T for every batch row n,
+// where R' is `rows` rows of R.  With packed weights (float) it is a packed-panel product: the state is transposed
+// into the panel layout, multiplied by the packed R' across the pool, and the [rows, batch] result transposed back.
+// Otherwise a BLAS product.
+template <typename T> class RecurrentProduct {
+public:
+    // packed_rows: the most rows a packed product will compute (0 when no packed weights are used).
+    RecurrentProduct(int64_t batch, int64_t hidden, int64_t packed_rows) : batch_(batch), hidden_(hidden) {
+        if (packed_rows > 0) {
+            const int64_t width = packed_gemm_panel_width();
+            panels_.assign(static_cast<size_t>((batch + width - 1) / width * width * hidden), T(0));
+            columns_.resize(static_cast<size_t>(packed_rows * batch));
+        }
+    }
+
+    void run(ThreadPool& pool, const PackedFilters* packed, const T* state, const T* r, int64_t rows, T* out,
+             int64_t ldo) {
+        if constexpr (std::is_same_v<T, float>) {
+            if (packed) {
+                run_packed(pool, *packed, state, out, ldo);
+                return;
+            }
+        }
+        gemm<T>(pool, false, true, batch_, rows, hidden_, T(1), state, hidden_, r, hidden_, T(0), out, ldo);
+    }
+
+private:
+    void run_packed(ThreadPool& pool, const PackedFilters& packed, const float* state, float* out, int64_t ldo) {
+        const int64_t width = packed_gemm_panel_width();
+        for (int64_t n = 0; n < batch_; ++n) {
+            float* panel = panels_.data() + (n / width) * hidden_ * width + n % width;
+            for (int64_t k = 0; k < hidden_; ++k) panel[k * width] = state[n * hidden_ + k];
+        }
+        const int64_t rows = packed.rows();
+        const int64_t panel_work = packed.panel_rows() * hidden_ * batch_;
+        pool.parallel_for(packed.panels(), std::max<int64_t>(1, kProductGrain / std::max<int64_t>(1, panel_work)),
+                          [&](int64_t begin, int64_t end) {
+                              packed_gemm(packed, begin, end, panels_.data(), batch_, nullptr, columns_.data(),
+                                          batch_);
+                          });
+        for (int64_t n = 0; n < batch_; ++n) {
+            for (int64_t j = 0; j < rows; ++j) out[n * ldo + j] = columns_[size_t(j * batch_ + n)];
+        }
+    }
+
+    static constexpr int64_t kProductGrain = int64_t{1} << 17;  // multiply-adds per parallel task
+
+    int64_t batch_, hidden_;
+    std::vector<T> panels_;   // the state in panel layout (padding columns stay zero)
+    std::vector<T> columns_;  // the product, [rows, batch]
+};
+
+class RecurrentKernel final : public Kernel {
+public:
+    RecurrentKernel(const NodeInfo& info, Cell cell, bool has_layout)
+        : cell_(cell),
+          op_(cell_name(cell)),
+          hidden_size_(info.attr_int("hidden_size", -1)),
+          batch_major_(has_layout && info.attr_int("layout", 0) != 0),
+          linear_before_reset_(cell == Cell::Gru && info.attr_int("linear_before_reset", 0) != 0),
+          input_forget_(cell == Cell::Lstm && info.attr_int("input_forget", 0) != 0) {
+        const std::string direction = info.attr_string("direction", "forward");
+        if (direction == "forward") {
+            directions_ = 1;
+        } else if (direction == "reverse") {
+            directions_ = 1;
+            reverse_only_ = true;
+        } else if (direction == "bidirectional") {
+            directions_ = 2;
+        } else {
+            throw KernelError(op_ + ": unknown direction '" + direction + "'");
+        }
+        if (info.has_attr("clip")) {
+            clip_ = info.attr_float("clip", 0.0f);
+            if (!(clip_ > 0.0f)) throw KernelError(op_ + ": clip must be positive");
+        }
+        if (info.has_attr("hidden_size") && hidden_size_ < 1) throw KernelError(op_ + ": hidden_size must be positive");
+
+        const size_t per_direction = activations_per_direction(cell);
+        std::vector<std::string> names = info.has_attr("activations") ? info.attr_strings("activations")
+                                                                        : std::vector<std::string>{};
+        if (names.empty()) {
+            const std::vector<std::string> defaults = cell == Cell::Rnn   ? std::vector<std::string>{"Tanh"}
+                                                      : cell == Cell::Gru ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                                                          : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
+            for (int d = 0; d < directions_; ++d) names.insert(names.end(), defaults.begin(), defaults.end());
+        }
+        pack_constant_recurrence(info);
+        activations_ = parse_activations(op_, names, info.attr_floats("activation_alpha"),
+                                         info.attr_floats("activation_beta"));
+        if (activations_.size() == per_direction && directions_ == 2) {
+            // One set for both directions.
+            activations_.insert(activations_.end(), activations_.begin(), activations_.end());
+        }
+        if (activations_.size() != per_direction * size_t(directions_)) {
+            throw KernelError(op_ + ": expected " + std::to_string(per_direction * size_t(directions_)) +
+                              " activations, got " + std::to_string(activations_.size()));
+        }
+    }
+
+    void compute(KernelContext& ctx) const override {
+        const Dims dims = validate(ctx);
+        const std::vector<int64_t> lengths = sequence_lengths(ctx, dims);
+
+        const Shape y_shape = batch_major_ ? Shape{dims.batch, dims.steps, dims.directions, dims.hidden}
+                                           : Shape{dims.steps, dims.directions, dims.batch, dims.hidden};
+        const Shape state_shape = batch_major_ ? Shape{dims.batch, dims.directions, dims.hidden}
+                                               : Shape{dims.directions, dims.batch, dims.hidden};
+        const int32_t type = ctx.input(kX).type;
+        auto wanted = [&](size_t i) { return i < ctx.output_count() && ctx.output_wanted(i); };
+        Tensor* outputs[3] = {nullptr, nullptr, nullptr};
+        for (size_t i = 0; i < (cell_ == Cell::Lstm ? 3u : 2u); ++i) {
+            if (wanted(i)) outputs[i] = &ctx.output(i, type, i == 0 ? y_shape : state_shape);
+        }
+        auto input = [&](size_t i) -> const Tensor* { return ctx.has_input(i) ? &ctx.input(i) : nullptr; };
+        const size_t float_inputs[] = {kX, kW, kR, kB, kInitialH, kInitialC, kPeepholes};
+
+        if (is_16bit_float(type)) {
+            std::optional<WidenedTensor> widened[kPeepholes + 1];
+            for (size_t i : float_inputs) {
+                if (const Tensor* t = input(i); t && (i <= kInitialH || cell_ == Cell::Lstm)) widened[i].emplace(*t);
+            }
+            std::optional<NarrowedOutput> narrowed[3];
+            for (size_t i = 0; i < 3; ++i) {
+                if (outputs[i]) narrowed[i].emplace(*outputs[i]);
+            }
+            Buffers<float> buffers;
+            auto data = [&](size_t i) { return widened[i] ? widened[i]->tensor().ptr<float>() : nullptr; };
+            buffers.x = data(kX);
+            buffers.w = data(kW);
+            buffers.r = data(kR);
+            buffers.b = data(kB);
+            buffers.initial_h = data(kInitialH);
+            buffers.initial_c = data(kInitialC);
+            buffers.peepholes = data(kPeepholes);
+            buffers.y = narrowed[0] ? narrowed[0]->tensor().ptr<float>() : nullptr;
+            buffers.y_h = narrowed[1] ? narrowed[1]->tensor().ptr<float>() : nullptr;
+            buffers.y_c = narrowed[2] ? narrowed[2]->tensor().ptr<float>() : nullptr;
+            run<float>(ctx.pool(), dims, lengths, buffers);
+            for (auto& n : narrowed) {
+                if (n) n->finish();
+            }
+            return;
+        }
+        dispatch_list(FloatTypes{}, type, [&]<typename T>() {
+            Buffers<T> buffers;
+            auto data = [&](size_t i) -> const T* {
+                const Tensor* t = input(i);
+                return t && (i <= kInitialH || cell_ == Cell::Lstm) ? t->ptr<T>() : nullptr;
+            };
+            buffers.x = data(kX);
+            buffers.w = data(kW);
+            buffers.r = data(kR);
+            buffers.b = data(kB);
+            buffers.initial_h = data(kInitialH);
+            buffers.initial_c = data(kInitialC);
+            buffers.peepholes = data(kPeepholes);
+            buffers.y = outputs[0] ? outputs[0]->ptr<T>() : nullptr;
+            buffers.y_h = outputs[1] ? outputs[1]->ptr<T>() : nullptr;
+            buffers.y_c = outputs[2] ? outputs[2]->ptr<T>() : nullptr;
+            run<T>(ctx.pool(), dims, lengths, buffers);
+        });
+    }
+
+private:
+    // Checks every input shape against X, W and R; returns the run's sizes.
+    Dims validate(const KernelContext& ctx) const {
+        const Tensor& x = ctx.input(kX);
+        const Tensor& w = ctx.input(kW);
+        const Tensor& r = ctx.input(kR);
+        auto fail = [&](const std::string& what) { throw KernelError(op_ + ": " + what); };
+        if (x.rank() != 3) fail("X must have rank 3, got shape " + shape_string(x.shape));
+        if (w.rank() != 3) fail("W must have rank 3, got shape " + shape_string(w.shape));
+        if (r.rank() != 3) fail("R must have rank 3, got shape " + shape_string(r.shape));
+        Dims d;
+        d.steps = batch_major_ ? x.shape[1] : x.shape[0];
+        d.batch = batch_major_ ? x.shape[0] : x.shape[1];
+        d.input = x.shape[2];
+        d.directions = directions_;
+        d.gates = gate_count(cell_);
+        d.hidden = hidden_size_ > 0 ? hidden_size_ : r.shape[2];
+        const int64_t gh = d.gate_width();
+        for (const Tensor* t : {&x, &w, &r}) {
+            if (t->type != x.type) fail("X, W and R must have the same element type");
+        }
+        if (w.shape != Shape{d.directions, gh, d.input}) {
+            fail("W must have shape " + shape_string({d.directions, gh, d.input}) + ", got " + shape_string(w.shape));
+        }
+        if (r.shape != Shape{d.directions, gh, d.hidden}) {
+            fail("R must have shape " + shape_string({d.directions, gh, d.hidden}) + ", got " +
+                 shape_string(r.shape));
+        }
+        auto check = [&](size_t index, const char* name, const Shape& expected) {
+            if (!ctx.has_input(index)) return;
+            const Tensor& t = ctx.input(index);
+            if (t.type != x.type) fail(std::string(name) + " must have the element type of X");
+            if (t.shape != expected) {
+                fail(std::string(name) + " must have shape " + shape_string(expected) + ", got " +
+                     shape_string(t.shape));
+            }
+        };
+        const Shape state = batch_major_ ? Shape{d.batch, d.directions, d.hidden} : Shape{d.directions, d.batch, d.hidden};
+        check(kB, "B", {d.directions, 2 * gh});
+        check(kInitialH, "initial_h", state);
+        if (cell_ == Cell::Lstm) {
+            check(kInitialC, "initial_c", state);
+            check(kPeepholes, "P", {d.directions, 3 * d.hidden});
+        }
+        return d;
+    }
+
+    // Per batch row, the number of steps it runs (all of them without sequence_lens).
+    std::vector<int64_t> sequence_lengths(const KernelContext& ctx, const Dims& dims) const {
+        if (!ctx.has_input(kSequenceLens)) return std::vector<int64_t>(static_cast<size_t>(dims.batch), dims.steps);
+        const Tensor& lens = ctx.input(kSequenceLens);
+        if (lens.shape != Shape{dims.batch}) {
+            throw KernelError(op_ + ": sequence_lens must have shape [" + std::to_string(dims.batch) + "], got " +
+                              shape_string(lens.shape));
+        }
+        std::vector<int64_t> lengths = movement::read_integers(lens, op_ + " sequence_lens");
+        for (int64_t l : lengths) {
+            if (l < 0 || l > dims.steps) {
+                throw KernelError(op_ + ": sequence_lens value " + std::to_string(l) + " is outside [0, " +
+                                  std::to_string(dims.steps) + "]");
+            }
+        }
+        return lengths;
+    }
+
+    template <typename T>
+    void run(ThreadPool& pool, const Dims& dims, const std::vector<int64_t>& lengths, const Buffers<T>& io) const {
+        const int64_t steps = dims.steps, batch = dims.batch, hidden = dims.hidden, gh = dims.gate_width();
+        const int64_t all_gates = dims.directions * gh;
+
+        // Input projections of every step, both directions: row (t, n) of X times W^T.
+        // Left uninitialized: the product overwrites it (and it can be large).
+        const std::unique_ptr<T[]> projections(new T[static_cast<size_t>(steps * batch * all_gates)]);
+        gemm<T>(pool, false, true, steps * batch, all_gates, dims.input, T(1), io.x, dims.input, io.w, dims.input, T(0),
+                projections.get(), all_gates);
+
+        // Packed recurrent weights: the constant ones, or packed now when several steps share them.
+        const std::vector<PackedFilters>* packed = nullptr;
+        std::vector<PackedFilters> packed_now;
+        if constexpr (std::is_same_v<T, float>) {
+            if (packed_gemm_supported() && batch >= kPackedMinBatch) {
+                if (!packed_recurrence_.empty()) {
+                    packed = &packed_recurrence_;
+                } else if (max_steps(lengths) > 1) {
+                    packed_now = pack_recurrence(io.r, dims.directions, hidden);
+                    packed = &packed_now;
+                }
+            }
+        }
+        RecurrentProduct<T> product(batch, hidden, packed ? gh : 0);
+
+        if (io.y && lengths != std::vector<int64_t>(lengths.size(), steps)) {
+            // Steps past a row's length emit zeros.
+            std::fill_n(io.y, steps * dims.directions * batch * hidden, T(0));
+        }
+        const int64_t max_length = max_steps(lengths);
+
+        std::vector<T> h(static_cast<size_t>(batch * hidden)), c(static_cast<size_t>(batch * hidden));
+        std::vector<T> gates(static_cast<size_t>(batch * gh));       // per row: recurrent products, then gate values
+        std::vector<T> reset_hidden(static_cast<size_t>(batch * hidden));  // GRU: r (.) H_prev
+        std::vector<T> bias(static_cast<size_t>(gh));
+        std::vector<T> candidate_recurrent_bias(static_cast<size_t>(hidden));  // GRU linear_before_reset: Rbh
+
+        for (int64_t d = 0; d < dims.directions; ++d) {
+            const bool reverse = reverse_only_ || d == 1;
+            const T* r = io.r + d * gh * hidden;
+            const T* peepholes = io.peepholes ? io.peepholes + d * 3 * hidden : nullptr;
+            const Activation* f = activations_.data() + size_t(d) * activations_per_direction(cell_);
+            prepare_bias(io.b ? io.b + d * 2 * gh : nullptr, hidden, bias, candidate_recurrent_bias);
+            load_state(io.initial_h, d, dims, h);
+            load_state(io.initial_c, d, dims, c);
+
+            for (int64_t s = 0; s < max_length; ++s) {
+                // Row n runs step s at time t = s (forward) or length - 1 - s (reverse) while s < its length.
+                auto time_of = [&](int64_t n) { return reverse ? lengths[size_t(n)] - 1 - s : s; };
+                auto projection_row = [&](int64_t n) {
+                    const int64_t t = time_of(n);
+                    const int64_t row = batch_major_ ? n * steps + t : t * batch + n;
+                    return projections.get() + row * all_gates + d * gh;
+                };
+                auto output_row = [&](int64_t n) -> T* {
+                    if (!io.y) return nullptr;
+                    const int64_t t = time_of(n);
+                    const int64_t row = batch_major_ ? (n * steps + t) * dims.directions + d
+                                                     : (t * dims.directions + d) * batch + n;
+                    return io.y + row * hidden;
+                };
+                const int64_t grain = std::max<int64_t>(1, kGrainElements / gh);
+
+                if (cell_ == Cell::Gru && !linear_before_reset_) {
+                    // r gates the previous state before its product with Rh: two products per step.
+                    product.run(pool, packed ? &(*packed)[size_t(2 * d)] : nullptr, h.data(), r, 2 * hidden,
+                                gates.data(), gh);
+                    pool.parallel_for(batch, grain, [&](int64_t begin, int64_t end) {
+                        for (int64_t n = begin; n < end; ++n) {
+                            if (s >= lengths[size_t(n)]) continue;
+                            gru_update_and_reset_gates(projection_row(n), gates.data() + n * gh, bias.data(),
+                                                       h.data() + n * hidden, reset_hidden.data() + n * hidden,
+                                                       hidden, f[0]);
+                        }
+                    });
+                    product.run(pool, packed ? &(*packed)[size_t(2 * d + 1)] : nullptr, reset_hidden.data(),
+                                r + 2 * hidden * hidden, hidden, gates.data() + 2 * hidden, gh);
+                } else {
+                    product.run(pool, packed ? &(*packed)[size_t(d)] : nullptr, h.data(), r, gh, gates.data(), gh);
+                }
+                pool.parallel_for(batch, grain, [&](int64_t begin, int64_t end) {
+                    for (int64_t n = begin; n < end; ++n) {
+                        if (s >= lengths[size_t(n)]) continue;
+                        T* hn = h.data() + n * hidden;
+                        T* gn = gates.data() + n * gh;
+                        switch (cell_) {
+                            case Cell::Rnn: rnn_step(projection_row(n), gn, bias.data(), hn, hidden, f[0]); break;
+                            case Cell::Gru:
+                                gru_step(projection_row(n), gn, bias.data(), candidate_recurrent_bias.data(), hn,
+                                         hidden, f);
+                                break;
+                            case Cell::Lstm:
+                                lstm_step(projection_row(n), gn, bias.data(), peepholes, hn, c.data() + n * hidden,
+                                          hidden, f);
+                                break;
+                        }
+                        if (T* y = output_row(n)) std::copy_n(hn, hidden, y);
+                    }
+                });
+            }
+            store_state(h, lengths, d, dims, io.y_h);
+            store_state(c, lengths, d, dims, io.y_c);
+        }
+    }
+
+    // The per-gate bias added to each step's sums: Wb + Rb, except that GRU with linear_before_reset keeps Rbh
+    // apart (it is added before the product with r).
+    template <typename T>
+    void prepare_bias(const T* b, int64_t hidden, std::vector<T>& bias, std::vector<T>& candidate_recurrent) const {
+        const int64_t gh = int64_t(bias.size());
+        if (!b) {
+            std::fill(bias.begin(), bias.end(), T(0));
+            std::fill(candidate_recurrent.begin(), candidate_recurrent.end(), T(0));
+            return;
+        }
+        for (int64_t k = 0; k < gh; ++k) bias[size_t(k)] = b[k] + b[gh + k];
+        if (linear_before_reset_) {
+            for (int64_t k = 0; k < hidden; ++k) {
+                bias[size_t(2 * hidden + k)] = b[2 * hidden + k];
+                candidate_recurrent[size_t(k)] = b[gh + 2 * hidden + k];
+            }
+        }
+    }
+
+    // Direction d's slice of initial_h / initial_c (zeros when absent).
+    template <typename T> void load_state(const T* initial, int64_t d, const Dims& dims, std::vector<T>& state) const {
+        if (!initial) {
+            std::fill(state.begin(), state.end(), T(0));
+            return;
+        }
+        for (int64_t n = 0; n < dims.batch; ++n) {
+            std::copy_n(initial + state_offset(d, n, dims), dims.hidden, state.data() + n * dims.hidden);
+        }
+    }
+
+    // Writes direction d's final state into Y_h / Y_c.  Rows with a zero sequence length get zeros, as in ONNX
+    // Runtime.
+    template <typename T>
+    void store_state(const std::vector<T>& state, const std::vector<int64_t>& lengths, int64_t d, const Dims& dims,
+                     T* out) const {
+        if (!out) return;
+        for (int64_t n = 0; n < dims.batch; ++n) {
+            T* dst = out + state_offset(d, n, dims);
+            if (lengths[size_t(n)] == 0) std::fill_n(dst, dims.hidden, T(0));
+            else std::copy_n(state.data() + n * dims.hidden, dims.hidden, dst);
+        }
+    }
+
+    int64_t state_offset(int64_t d, int64_t n, const Dims& dims) const {
+        return (batch_major_ ? n * dims.directions + d : d * dims.batch + n) * dims.hidden;
+    }
+
+    template <typename T> T clip(T v) const {
+        const T limit = T(clip_);
+        return std::min(std::max(v, -limit), limit);
+    }
+
+    // Ht = f(x + Ht-1 R^T + Wb + Rb); `recurrent` holds Ht-1 R^T and is used as scratch.
+    template <typename T>
+    void rnn_step(const T* x, T* recurrent, const T* bias, T* h, int64_t hidden, const Activation& f) const {
+        for (int64_t k = 0; k < hidden; ++k) recurrent[k] = clip(x[k] + recurrent[k] + bias[k]);
+        activate(f, recurrent, hidden);
+        std::copy_n(recurrent, hidden, h);
+    }
+
+    // GRU without linear_before_reset, first half: z and r from x and Ht-1 R[zr]^T; writes r (.) Ht-1 for the
+    // candidate's product with Rh.
+    template <typename T>
+    void gru_update_and_reset_gates(const T* x, T* gates, const T* bias, const T* h, T* reset_hidden, int64_t hidden,
+                                    const Activation& f) const {
+        for (int64_t k = 0; k < 2 * hidden; ++k) gates[k] = clip(x[k] + gates[k] + bias[k]);
+        activate(f, gates, 2 * hidden);
+        const T* reset = gates + hidden;
+        for (int64_t k = 0; k < hidden; ++k) reset_hidden[k] = reset[k] * h[k];
+    }
+
+    // GRU, gates z, r, h: Ht = (1 - z) (.) g(candidate) + z (.) Ht-1, where the candidate is
+    //   x_h + (r (.) Ht-1) Rh^T + Rbh + Wbh          (linear_before_reset = 0; z and r are already in `gates`)
+    //   x_h + r (.) (Ht-1 Rh^T + Rbh) + Wbh          (linear_before_reset = 1)
+    template <typename T>
+    void gru_step(const T* x, T* gates, const T* bias, const T* candidate_recurrent_bias, T* h, int64_t hidden,
+                  const Activation* f) const {
+        T* update = gates;
+        T* reset = gates + hidden;
+        T* candidate = gates + 2 * hidden;
+        if (linear_before_reset_) {
+            for (int64_t k = 0; k < 2 * hidden; ++k) gates[k] = clip(x[k] + gates[k] + bias[k]);
+            activate(f[0], gates, 2 * hidden);
+            for (int64_t k = 0; k < hidden; ++k) {
+                const int64_t j = 2 * hidden + k;
+                candidate[k] = clip(x[j] + reset[k] * (candidate[k] + candidate_recurrent_bias[k]) + bias[j]);
+            }
+        } else {
+            for (int64_t k = 0; k < hidden; ++k) {
+                const int64_t j = 2 * hidden + k;
+                candidate[k] = clip(x[j] + candidate[k] + bias[j]);
+            }
+        }
+        activate(f[1], candidate, hidden);
+        for (int64_t k = 0; k < hidden; ++k) h[k] = (T(1) - update[k]) * candidate[k] + update[k] * h[k];
+    }
+
+    // LSTM, gates i, o, f, c (in W's order), peepholes P[iof]:
+    //   i = f(x_i + Ht-1 Ri^T + Pi (.) Ct-1 + b_i)     f = f(... + Pf (.) Ct-1 ...)  (1 - i with input_forget)
+    //   c = g(x_c + Ht-1 Rc^T + b_c)                   Ct = f (.) Ct-1 + i (.) c
+    //   o = f(x_o + Ht-1 Ro^T + Po (.) Ct + b_o)       Ht = o (.) h(Ct)
+    // Clipping applies to the gate inputs, not to Ct.
+    template <typename T>
+    void lstm_step(const T* x, T* gates, const T* bias, const T* peepholes, T* h, T* c, int64_t hidden,
+                   const Activation* f) const {
+        T* in = gates;
+        T* out = gates + hidden;
+        T* forget = gates + 2 * hidden;
+        T* cell = gates + 3 * hidden;
+        for (int64_t k = 0; k < 4 * hidden; ++k) gates[k] = x[k] + gates[k] + bias[k];
+        if (peepholes) {
+            for (int64_t k = 0; k < hidden; ++k) {
+                in[k] += peepholes[k] * c[k];
+                forget[k] += peepholes[2 * hidden + k] * c[k];
+            }
+        }
+        for (int64_t k = 0; k < hidden; ++k) {
+            in[k] = clip(in[k]);
+            forget[k] = clip(forget[k]);
+            cell[k] = clip(cell[k]);
+        }
+        activate(f[0], in, hidden);
+        if (input_forget_) {
+            for (int64_t k = 0; k < hidden; ++k) forget[k] = T(1) - in[k];
+        } else {
+            activate(f[0], forget, hidden);
+        }
+        activate(f[1], cell, hidden);
+        for (int64_t k = 0; k < hidden; ++k) c[k] = forget[k] * c[k] + in[k] * cell[k];
+        for (int64_t k = 0; k < hidden; ++k) {
+            out[k] = clip(out[k] + (peepholes ? peepholes[hidden + k] * c[k] : T(0)));
+        }
+        activate(f[0], out, hidden);
+        std::copy_n(c, hidden, cell);  // the cell gate is spent: reuse it for h(Ct)
+        activate(f[2], cell, hidden);
+        for (int64_t k = 0; k < hidden; ++k) h[k] = out[k] * cell[k];
+    }
+
+    // Float recurrent weights packed for the packed-panel products (util/gemm.h), which unlike a BLAS call do not
+    // repack R at every step.  Per direction: the rows multiplied by Ht-1 (for GRU without linear_before_reset,
+    // R[zr] and then R[h] separately).
+    std::vector<PackedFilters> pack_recurrence(const float* r, int64_t directions, int64_t hidden) const {
+        const int64_t gh = gate_count(cell_) * hidden;
+        std::vector<PackedFilters> packed;
+        for (int64_t d = 0; d < directions; ++d) {
+            const float* rd = r + d * gh * hidden;
+            if (cell_ == Cell::Gru && !linear_before_reset_) {
+                packed.emplace_back(rd, 2 * hidden, hidden, hidden);
+                packed.emplace_back(rd + 2 * hidden * hidden, hidden, hidden, hidden);
+            } else {
+                packed.emplace_back(rd, gh, hidden, hidden);
+            }
+        }
+        return packed;
+    }
+
+    // Packs a constant R once, at session creation.
+    void pack_constant_recurrence(const NodeInfo& info) {
+        if (!packed_gemm_supported()) return;
+        const std::optional<Tensor> r = info.constant_tensor(kR);
+        if (!r || r->rank() != 3 || r->shape[0] != directions_ || r->shape[1] != gate_count(cell_) * r->shape[2] ||
+            (hidden_size_ > 0 && r->shape[2] != hidden_size_)) {
+            return;  // not constant, or malformed (compute() reports it)
+        }
+        if (r->type == TESS_ELEMENT_FLOAT32) {
+            packed_recurrence_ = pack_recurrence(r->ptr<float>(), r->shape[0], r->shape[2]);
+        } else if (is_16bit_float(r->type)) {
+            const WidenedTensor wide(*r);
+            packed_recurrence_ = pack_recurrence(wide.tensor().ptr<float>(), r->shape[0], r->shape[2]);
+        }
+    }
+
+    // Below this batch size the packed product's fixed panel width wastes more than BLAS's packing of R costs
+    // (a batch of one is a matrix-vector product, which BLAS streams without packing).
+    static constexpr int64_t kPackedMinBatch = 4;
+    static constexpr int64_t kGrainElements = 8192;  // gate values per parallel task
+
+    Cell cell_;
+    std::string op_;
+    int64_t hidden_size_;
+    bool batch_major_;
+    bool linear_before_reset_;
+    bool input_forget_;
+    int directions_ = 1;
+    bool reverse_only_ = false;
+    float clip_ = std::numeric_limits<float>::infinity();
+    std::vector<Activation> activations_;  // activations_per_direction(cell) per direction
+    std::vector<PackedFilters> packed_recurrence_;  // see pack_recurrence; empty when R is not a float constant
+};
+
+}  // namespace
+
+void register_rnn_kernels(KernelRegistry& registry) {
+    const auto floats = type_ids_with_16bit_floats(FloatTypes{});
+    const std::vector<int32_t> lengths{TESS_ELEMENT_INT32, TESS_ELEMENT_INT64};
+    for (Cell cell : {Cell::Rnn, Cell::Gru, Cell::Lstm}) {
+        std::vector<std::pair<size_t, std::vector<int32_t>>> input_types{
+            {kX, floats}, {kW, floats}, {kR, floats}, {kB, floats}, {kSequenceLens, lengths}, {kInitialH, floats}};
+        if (cell == Cell::Lstm) {
+            input_types.push_back({kInitialC, floats});
+            input_types.push_back({kPeepholes, floats});
+        }
+        // Opset 14 adds `layout` (batch-major X, Y, Y_h, Y_c); 22 only adds bfloat16.
+        for (const bool has_layout : {false, true}) {
+            registry.add(KernelDef{.domain = "",
+                                   .op_type = cell_name(cell),
+                                   .since_version = has_layout ? 14 : 7,
+                                   .end_version = has_layout ? 0 : 13,
+                                   .input_types = input_types,
+                                   .memory = KernelMemory::Normal,
+                                   .factory = [cell, has_layout](const NodeInfo& info) -> std::unique_ptr<Kernel> {
+                                       return std::make_unique<RecurrentKernel>(info, cell, has_layout);
+                                   }});
+        }
+    }
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,55 @@
+// CPU provider: exact 8-bit integer matrix products for the quantized operators (MatMulInteger, QLinearMatMul,
+// ConvInteger, QLinearConv): int32 sums of (a - a_zero) * (b - b_zero) over uint8/int8 operands, wrapped to 32 bits
+// as ONNX allows ("accumulation may overflow if and only if in 32 bits").
+//
+// On CPUs with AVX-512 VNNI the products run on vpdpbusd (four uint8 x int8 products summed into an int32 lane);
+// elsewhere on a floating-point gemm whose every partial sum is provably an exactly representable integer (see
+// int8_gemm.cc).  TESSERA_CPU_MAX_ISA=avx2|none in the environment selects the fallback (for testing).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "thread_pool.h"
+
+namespace tessera::cpu {
+
+// Whether int8_gemm runs on AVX-512 VNNI on this CPU.
+bool int8_gemm_uses_vnni();
+
+// A K x N operand of int8 or uint8 elements, packed once for int8_gemm: element (k, n) is
+// data[k * row_stride + n * column_stride] (a transposed matrix packs by swapping the strides).  With a pool, the
+// packing is split across it.
+class Int8PackedB {
+public:
+    Int8PackedB() = default;
+    Int8PackedB(const void* data, bool is_signed, int64_t K, int64_t N, int64_t row_stride, int64_t column_stride,
+                ThreadPool* pool = nullptr);
+
+    int64_t depth() const { return K_; }
+    int64_t columns() const { return N_; }
+    bool is_signed() const { return signed_; }
+
+    // Layout (details for int8_gemm): B stored as int8 (uint8 values shifted by -128).  For VNNI, panels of
+    // kPanelColumns columns, each [ceil(K/4)][kPanelColumns][4]; otherwise row-major [K][N].
+    static constexpr int64_t kPanelColumns = 32;
+    int64_t groups() const { return (K_ + 3) / 4; }
+    const int8_t* panel(int64_t p) const { return data_.data() + p * groups() * 4 * kPanelColumns; }
+    const int8_t* rows() const { return data_.data(); }
+    const int32_t* column_sums() const { return column_sums_.data(); }
+
+private:
+    int64_t K_ = 0, N_ = 0;
+    bool signed_ = true;
+    std::vector<int8_t> data_;
+    std::vector<int32_t> column_sums_;  // VNNI layout only: sums over k of the stored values
+};
+
+// C[m, n] = sum_k (A[m, k] - a_zero[m]) * (B[k, n] - b_zero[n]), wrapped to 32 bits, for m < M and
+// n < B.columns().  A is M x B.depth() uint8 (a_signed false) or int8 elements with row stride lda; a_zero holds M
+// values and b_zero B.columns() values (null: zero).  Splits the work across the pool; call it from outside any
+// parallel region.  Throws KernelError only for a depth too large for exact accumulation (beyond 10^11).
+void int8_gemm(ThreadPool& pool, int64_t M, const void* A, bool a_signed, int64_t lda, const Int8PackedB& B,
+               const int32_t* a_zero, const int32_t* b_zero, int32_t* C, int64_t ldc);
+
+}  // namespace tessera::cpu
