@@ -52,7 +52,7 @@ Executor::Executor(const Graph& graph, std::vector<CompiledPartition> partitions
     for (const auto& out : graph.outputs) intern(out);
 
     constants_.resize(names_.size());
-    for (const auto& [name, value] : graph.initializers) constants_[ids_.at(name)] = value;
+    for (const auto& [name, value] : graph.initializers) constants_[ids_.at(name)] = value.get();
     last_use_.assign(names_.size(), 0);
     for (size_t p = 0; p < partitions_.size(); ++p)
         for (size_t id : partitions_[p].input_ids) last_use_[id] = p;
@@ -99,7 +99,7 @@ std::vector<ValuePtr> Executor::run(const std::vector<std::pair<size_t, const Te
     std::vector<const TessValue*> slots(names_.size(), nullptr);
     std::vector<ValuePtr> owned(names_.size());
     for (size_t id = 0; id < names_.size(); ++id)
-        if (constants_[id]) slots[id] = constants_[id].get();
+        if (constants_[id]) slots[id] = constants_[id];
     for (const auto& [id, value] : inputs) slots[id] = value;
 
     std::vector<const TessValue*> args;

@@ -51,7 +51,7 @@ private:
     std::vector<CompiledPartition> partitions_;
     std::unordered_map<std::string, size_t> ids_;
     std::vector<std::string> names_;
-    std::vector<SharedValue> constants_;          // by id: initializer values (constants and input defaults)
+    std::vector<const TessValue*> constants_;     // by id: initializers (owned by the graph, which outlives us)
     std::vector<size_t> last_use_;                // by id: last partition that reads it
     std::vector<bool> is_output_;                 // by id: a graph output
 };

@@ -223,12 +223,6 @@ void Session::compile(const TessSessionOptions& options) {
                     ++part.copy_count;
             }
         }
-        // Providers copied the constants they need while compiling; keep only what a run still reads directly
-        // (caller-overridable defaults and constants returned as graph outputs).
-        for (auto it = graph_.initializers.begin(); it != graph_.initializers.end();) {
-            if (graph_.is_graph_input(it->first) || graph_.is_graph_output(it->first)) ++it;
-            else it = graph_.initializers.erase(it);
-        }
         executor_ = std::make_unique<Executor>(graph_, std::move(compiled));
         break;
     }

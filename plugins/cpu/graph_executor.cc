@@ -259,7 +259,8 @@ CompiledGraph::CompiledGraph(const TessGraphView& view, const KernelSource& sour
         if (inserted) {
             values_.push_back(ValueInfo{});
             values_.back().name = v->name;
-            if (v->constant != nullptr) values_.back().constant = clone_value(v->constant);
+            // Constants stay valid until this compiled graph is released (provider.h): read in place, never copied.
+            if (v->constant != nullptr) values_.back().constant = v->constant;
         }
         return it->second;
     };
@@ -322,8 +323,6 @@ CompiledGraph::CompiledGraph(const TessGraphView& view, const KernelSource& sour
 }
 
 CompiledGraph::~CompiledGraph() {
-    for (auto& v : values_)
-        if (v.constant != nullptr) host().value_release(v.constant);
     for (auto& ws : free_workspaces_) ws->finish();
 }
 

@@ -80,7 +80,7 @@ private:
         int last_use = -1;          // last step reading it
         int input = -1;             // index among the run's inputs
         int output = -1;            // first index among the outputs
-        TessValue* constant = nullptr;  // our own copy (host value)
+        const TessValue* constant = nullptr;  // the core's, valid while we exist
     };
     struct Step {
         std::unique_ptr<Kernel> kernel;

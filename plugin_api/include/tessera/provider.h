@@ -39,8 +39,9 @@ typedef struct TessValueView {
     int32_t element_type; /* TessElementType (of the tensors inside, for sequences and optionals) */
     int64_t rank;         /* -1 when unknown */
     const int64_t* dims;  /* rank entries; -1 for a dimension not known before running */
-    /* Non-NULL for an initializer or a folded constant: host memory, valid for the call.  A provider that keeps
-     * the bytes (prepacked weights) copies them. */
+    /* Non-NULL for an initializer or a folded constant, in host memory.  In a view passed to compile it stays
+     * valid, unchanged, until the compiled object is released, so a provider may read weights in place instead of
+     * copying them; in any other view it is valid for the call only. */
     const TessValue* constant;
 } TessValueView;
 

@@ -1,0 +1,61 @@
+"""Tessera: Python bindings over the C API of the Tessera ONNX runtime (``libtessera``), through ctypes.
+
+The API follows onnxruntime's::
+
+    import numpy as np
+    import tessera
+
+    session = tessera.InferenceSession("model.onnx", providers=["cpu"])
+    print(session.get_inputs(), session.get_partitions())
+    (y,) = session.run(None, {"x": np.ones((1, 3), np.float32)})
+
+Arrays go in and come out without copies where the layout allows (see ``tessera._values``).  Errors are
+:class:`TesseraError` subclasses carrying the runtime's status ``code`` and ``message``.  ``tessera.backend``
+implements ``onnx.backend.base.Backend``.  The library is found as ``tessera._capi`` describes (``TESSERA_LIBRARY``
+first).
+"""
+
+from __future__ import annotations
+
+from . import _capi
+from ._values import live_output_values
+from .errors import (AbiMismatch, InternalError, InvalidArgument, InvalidModel, NotFound, NotImplemented,
+                     OutOfMemory, RuntimeException, StatusCode, TesseraError, Unavailable)
+from .session import (Environment, InferenceSession, LogLevel, NodeArg, get_available_providers,
+                      get_default_environment, plugins)
+
+__version__ = "0.1.0"
+
+#: Path of the loaded ``libtessera``.
+library_path = _capi.LIBRARY_PATH
+
+
+def library_version() -> str:
+    """Version of the loaded C library (``tess_version``)."""
+    return _capi.version()
+
+
+__all__ = [
+    "__version__",
+    "library_path",
+    "library_version",
+    "Environment",
+    "InferenceSession",
+    "LogLevel",
+    "NodeArg",
+    "get_available_providers",
+    "get_default_environment",
+    "plugins",
+    "live_output_values",
+    "StatusCode",
+    "TesseraError",
+    "InvalidArgument",
+    "NotFound",
+    "InvalidModel",
+    "NotImplemented",
+    "OutOfMemory",
+    "RuntimeException",
+    "Unavailable",
+    "AbiMismatch",
+    "InternalError",
+]

@@ -1,0 +1,333 @@
+"""Environments (plugin discovery) and inference sessions, shaped like onnxruntime's Python API."""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import os
+import threading
+import weakref
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from . import _types as T
+from ._capi import LOG_CALLBACK, EnvOptions, Handle, PartitionInfo, PluginInfo, ValueInfo, c_strings, check, decode, \
+    lib, strings
+from ._values import from_value, to_value
+from .errors import InvalidArgument
+
+__all__ = ["LogLevel", "Environment", "NodeArg", "InferenceSession", "get_default_environment", "plugins",
+           "get_available_providers"]
+
+
+class LogLevel(enum.IntEnum):
+    """``TessLogLevel``: messages above the environment's level are dropped."""
+
+    ERROR = 0
+    WARNING = 1
+    INFO = 2
+    DEBUG = 3
+
+
+_PLUGIN_STATES = {0: "loaded", 1: "unavailable", 2: "skipped"}
+
+# onnxruntime's provider names, accepted as aliases so that code written for it runs unchanged.
+_PROVIDER_ALIASES = {"CPUExecutionProvider": "cpu", "CUDAExecutionProvider": "cuda"}
+
+
+class Environment:
+    """A Tessera environment: the plugins found by discovery, and the log destination.
+
+    Sessions created in an environment keep it alive.  Most programs use the process-wide default
+    (:func:`get_default_environment`); create one to search other plugin directories or to capture the log.
+
+    Args:
+        plugin_path: directories searched after ``<libdir>/tessera/plugins`` and ``TESSERA_PLUGIN_PATH`` (a
+            colon-separated string or a list).
+        no_default_plugin_dirs: search only ``plugin_path`` (and files given to :meth:`load_plugin`).
+        log_level: a :class:`LogLevel`; messages above it are dropped.
+        log_callback: ``callback(level, message)`` receives the log instead of stderr; it may be called from the
+            runtime's threads, and exceptions it raises are ignored.
+    """
+
+    def __init__(self, plugin_path: str | Sequence[str] | None = None, no_default_plugin_dirs: bool = False,
+                 log_level: int = LogLevel.WARNING, log_callback: Callable[[int, str], None] | None = None) -> None:
+        if plugin_path is not None and not isinstance(plugin_path, (str, os.PathLike)):
+            plugin_path = os.pathsep.join(os.fspath(p) for p in plugin_path)
+        options = EnvOptions()
+        options.log_level = int(log_level)
+        self._log_trampoline = None
+        if log_callback is not None:
+            def trampoline(_user_data, level, message, _callback=log_callback):
+                try:
+                    _callback(LogLevel(level) if level in LogLevel._value2member_map_ else level, decode(message))
+                except BaseException:  # noqa: BLE001 - nothing may propagate into C
+                    pass
+            self._log_trampoline = LOG_CALLBACK(trampoline)  # kept alive as long as the environment
+            options.log_callback = self._log_trampoline
+        options.plugin_path = os.fspath(plugin_path).encode("utf-8") if plugin_path else None
+        options.no_default_plugin_dirs = 1 if no_default_plugin_dirs else 0
+        handle = Handle()
+        check(lib.tess_env_create(ctypes.byref(options), ctypes.byref(handle)))
+        self._handle = handle.value
+        # The finalizer holds the log trampoline too: the core may call it until the environment is released.
+        self._finalizer = weakref.finalize(self, _release_env, self._handle, self._log_trampoline)
+
+    @property
+    def handle(self) -> int:
+        """The ``TessEnv*`` (for interoperation with other ctypes code)."""
+        return self._handle
+
+    def load_plugin(self, path: str | os.PathLike) -> None:
+        """Loads one plugin file; raises with the reason when it was skipped.  Sessions created before do not see
+        it."""
+        check(lib.tess_env_load_plugin(self._handle, os.fspath(path).encode("utf-8")))
+
+    def plugins(self) -> list[dict[str, Any]]:
+        """The discovery report: one dict per candidate file, with ``path``, ``name``, ``version``, ``state``
+        ('loaded', 'unavailable' or 'skipped'), ``reason``, ``abi_version`` and ``providers`` (a list of names)."""
+        report = []
+        for i in range(lib.tess_env_plugin_count(self._handle)):
+            info = PluginInfo()
+            check(lib.tess_env_plugin_info(self._handle, i, ctypes.byref(info)))
+            providers = decode(info.providers)
+            report.append({
+                "path": decode(info.path),
+                "name": decode(info.name),
+                "version": decode(info.version),
+                "state": _PLUGIN_STATES.get(info.state, str(info.state)),
+                "reason": decode(info.reason),
+                "abi_version": int(info.abi_version),
+                "providers": [p for p in providers.split(",") if p],
+            })
+        return report
+
+    def providers(self) -> list[str]:
+        """Names of the usable execution providers, in default priority order (CPU last)."""
+        return [decode(lib.tess_env_provider_name(self._handle, i))
+                for i in range(lib.tess_env_provider_count(self._handle))]
+
+
+def _release_env(handle: int, log_trampoline: Any) -> None:  # noqa: ARG001 - keeps the trampoline alive
+    lib.tess_env_release(handle)
+
+
+_default_env: Environment | None = None
+_default_env_lock = threading.Lock()
+
+
+def get_default_environment() -> Environment:
+    """The process-wide environment, created on first use with the default plugin directories."""
+    global _default_env
+    with _default_env_lock:
+        if _default_env is None:
+            _default_env = Environment()
+        return _default_env
+
+
+def plugins() -> list[dict[str, Any]]:
+    """The default environment's plugin discovery report (see :meth:`Environment.plugins`)."""
+    return get_default_environment().plugins()
+
+
+def get_available_providers() -> list[str]:
+    """The default environment's usable providers, in default priority order."""
+    return get_default_environment().providers()
+
+
+class NodeArg:
+    """A graph input or output, as onnxruntime describes it.
+
+    Attributes:
+        name: the value's name.
+        type: 'tensor(float)', 'seq(tensor(int64))', 'optional(tensor(string))', ...
+        shape: a list with an int per fixed dimension, the symbolic name (str) or None for the others; None when
+            even the rank is unknown.  For sequences and optionals: the shape of the tensors inside, when known.
+        kind, element_type: the raw ``TessValueKind`` and ``TessElementType`` numbers.
+    """
+
+    __slots__ = ("name", "type", "shape", "kind", "element_type")
+
+    def __init__(self, info: ValueInfo) -> None:
+        self.name = decode(info.name)
+        self.kind = int(info.kind)
+        self.element_type = int(info.element_type)
+        tensor = f"tensor({decode(lib.tess_element_type_name(self.element_type))})"
+        self.type = {T.KIND_SEQUENCE: f"seq({tensor})", T.KIND_OPTIONAL: f"optional({tensor})",
+                     T.KIND_MAP: "map"}.get(self.kind, tensor)
+        if info.rank < 0:
+            self.shape = None
+        else:
+            self.shape = []
+            for i in range(info.rank):
+                param = decode(info.dim_params[i]) if info.dim_params else ""
+                dim = int(info.dims[i])
+                self.shape.append(dim if dim >= 0 else (param or None))
+
+    def __repr__(self) -> str:
+        return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape!r})"
+
+
+def _provider_names(providers: Iterable[Any]) -> list[str]:
+    names = []
+    for p in providers:
+        if isinstance(p, (tuple, list)):  # onnxruntime's (name, options) form
+            if len(p) != 2 or p[1]:
+                raise InvalidArgument(f"provider {p!r}: Tessera providers take no options")
+            p = p[0]
+        if not isinstance(p, str):
+            raise InvalidArgument(f"provider names are strings, not {type(p).__name__}")
+        names.append(_PROVIDER_ALIASES.get(p, p))
+    return names
+
+
+class InferenceSession:
+    """A loaded, optimized, partitioned and compiled model.
+
+    Args:
+        path_or_bytes: a model file path, serialized ModelProto bytes, or an ``onnx.ModelProto``.  External data
+            is read from the model file's directory (and is not allowed for bytes).
+        providers: the provider priority list, most preferred first (``None``: every usable provider, CPU last).
+            onnxruntime's 'CPUExecutionProvider' and 'CUDAExecutionProvider' are accepted for 'cpu' and 'cuda'.
+        strict: a node no listed provider claims, or a listed provider that is missing or fails, is an error
+            instead of a fallback.
+        intra_op_threads: threads of the session's pool; 0 means one per core.
+        optimization_level: 0 disables the graph optimizer, 1 runs every pass.
+        plugin_path: extra plugin directories; the session gets its own :class:`Environment` searching them.
+        environment: the environment to use (default: :func:`get_default_environment`).
+
+    ``run`` may be called from several threads at once; the GIL is released while Tessera computes.
+    """
+
+    def __init__(self, path_or_bytes: str | os.PathLike | bytes | Any, providers: Sequence[Any] | None = None,
+                 strict: bool = False, intra_op_threads: int = 0, optimization_level: int = 1,
+                 plugin_path: str | Sequence[str] | None = None, environment: Environment | None = None) -> None:
+        if environment is None:
+            environment = Environment(plugin_path=plugin_path) if plugin_path else get_default_environment()
+        elif plugin_path:
+            raise InvalidArgument("pass either plugin_path or environment, not both")
+        self._env = environment
+        self._requested = _provider_names(providers) if providers else None
+
+        options = Handle()
+        check(lib.tess_session_options_create(ctypes.byref(options)))
+        session = Handle()
+        try:
+            if self._requested:
+                names = c_strings(self._requested)
+                check(lib.tess_session_options_set_providers(options, names, len(self._requested)))
+            check(lib.tess_session_options_set_strict(options, 1 if strict else 0))
+            check(lib.tess_session_options_set_intra_op_threads(options, int(intra_op_threads)))
+            check(lib.tess_session_options_set_optimization_level(options, int(optimization_level)))
+            if hasattr(path_or_bytes, "SerializeToString"):  # onnx.ModelProto
+                path_or_bytes = path_or_bytes.SerializeToString()
+            if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+                data = bytes(path_or_bytes)
+                check(lib.tess_session_create_from_bytes(environment.handle, data, len(data), None, options,
+                                                         ctypes.byref(session)))
+            elif isinstance(path_or_bytes, (str, os.PathLike)):
+                path = os.fspath(path_or_bytes).encode("utf-8")
+                check(lib.tess_session_create(environment.handle, path, options, ctypes.byref(session)))
+            else:
+                raise InvalidArgument(f"expected a model path, bytes or onnx.ModelProto, not "
+                                      f"{type(path_or_bytes).__name__}")
+        finally:
+            lib.tess_session_options_release(options)
+        self._handle = session.value
+        # The finalizer holds the environment, so the environment is released after the session.
+        self._finalizer = weakref.finalize(self, _release_session, self._handle, environment)
+        self._inputs = self._describe(lib.tess_session_input_count, lib.tess_session_input_info)
+        self._outputs = self._describe(lib.tess_session_output_count, lib.tess_session_output_info)
+        self._input_by_name = {arg.name: arg for arg in self._inputs}
+
+    def _describe(self, count: Callable, info: Callable) -> list[NodeArg]:
+        args = []
+        for i in range(count(self._handle)):
+            value_info = ValueInfo()
+            check(info(self._handle, i, ctypes.byref(value_info)))
+            args.append(NodeArg(value_info))
+        return args
+
+    @property
+    def environment(self) -> Environment:
+        return self._env
+
+    def get_inputs(self) -> list[NodeArg]:
+        """The graph inputs, in order.  Those with an initializer may be left out of a run (or fed to override it)."""
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    def get_partitions(self) -> list[dict[str, Any]]:
+        """The partition plan in execution order: one dict per fused subgraph with ``provider``, ``nodes`` (node
+        names, "op_type#index" for unnamed nodes), ``ops`` ("domain:op_type" or "op_type"), ``inputs`` and
+        ``outputs`` (the values crossing its boundary) and ``copy_count`` (inputs copied from another memory kind
+        on every run)."""
+        plan = []
+        for i in range(lib.tess_session_partition_count(self._handle)):
+            info = PartitionInfo()
+            check(lib.tess_session_partition_info(self._handle, i, ctypes.byref(info)))
+            plan.append({
+                "provider": decode(info.provider),
+                "nodes": strings(info.node_names, info.node_count),
+                "ops": strings(info.node_ops, info.node_count),
+                "inputs": strings(info.inputs, info.input_count),
+                "outputs": strings(info.outputs, info.output_count),
+                "copy_count": int(info.copy_count),
+            })
+        return plan
+
+    def get_providers(self) -> list[str]:
+        """The providers this session may use, in priority order: the requested list restricted to what the
+        environment has loaded (every usable provider when none was requested), then any provider the partition
+        plan uses that the list lacks (a fallback the core appended)."""
+        available = self._env.providers()
+        names = [p for p in self._requested if p in available] if self._requested else list(available)
+        for partition in self.get_partitions():
+            if partition["provider"] not in names:
+                names.append(partition["provider"])
+        return names
+
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+            run_options: Any = None) -> list[Any]:  # noqa: ARG002 - onnxruntime's signature
+        """Runs the model and returns the requested outputs (all of them when ``output_names`` is empty or None).
+
+        Values of ``input_feed`` are numpy arrays (or anything ``numpy.asarray`` takes), lists of arrays for
+        sequence inputs, and None for an empty optional.  Tensors come back as numpy arrays that share the
+        runtime's memory, sequences as lists, optionals as None or their content.
+        """
+        if not isinstance(input_feed, Mapping):
+            raise InvalidArgument(f"input_feed must be a dict of name -> value, not {type(input_feed).__name__}")
+        output_names = list(output_names) if output_names else [arg.name for arg in self._outputs]
+        keep: list = []  # arrays that input tensors point into, alive until the values are released
+        handles: list[int] = []
+        try:
+            for name, obj in input_feed.items():
+                arg = self._input_by_name.get(name)  # an unknown name is reported by the runtime
+                kind, element_type = (arg.kind, arg.element_type) if arg else (T.KIND_UNKNOWN, T.UNDEFINED)
+                handles.append(to_value(obj, kind, element_type, keep, name))
+            in_names = c_strings(list(input_feed))
+            in_values = (Handle * max(len(handles), 1))(*handles)
+            out_names = c_strings(output_names)
+            outputs = (Handle * max(len(output_names), 1))()
+            check(lib.tess_session_run(self._handle, in_names, in_values, len(handles), out_names, len(output_names),
+                                       outputs))
+        finally:
+            for handle in handles:  # before `keep` goes: the values point into its arrays
+                lib.tess_value_release(handle)
+        results, pending = [], [outputs[i] for i in range(len(output_names))]
+        try:
+            while pending:
+                results.append(from_value(pending.pop(0), self))
+        except BaseException:
+            for handle in pending:
+                lib.tess_value_release(handle)
+            raise
+        return results
+
+    def __repr__(self) -> str:
+        return f"InferenceSession(inputs={self._inputs!r}, outputs={self._outputs!r})"
+
+
+def _release_session(handle: int, environment: Environment) -> None:  # noqa: ARG001 - holds the environment
+    lib.tess_session_release(handle)
