@@ -23,6 +23,7 @@ void register_all_kernels(KernelRegistry& registry) {
     register_image_kernels(registry);
     register_loss_kernels(registry);
     register_quantize_kernels(registry);
+    register_math_kernels(registry);
 }
 
 }  // namespace tessera::cpu

@@ -389,16 +389,22 @@ private:
 
 using PReluTypes = TypeList<float, double, int32_t, int64_t, uint32_t, uint64_t>;
 
-// The slope broadcasts to X unidirectionally (a per-channel slope is typically [C, 1, 1]).
+// The slope broadcasts to X unidirectionally (a per-channel slope is typically [C, 1, 1]).  Before opset 7 a 1-D
+// slope of X's channel count applies per channel (axis 1), as the converters of that time emitted it.
 class PReluKernel final : public Kernel {
 public:
-    explicit PReluKernel(const NodeInfo&) {}
+    PReluKernel(const NodeInfo&, bool channel_slope) : channel_slope_(channel_slope) {}
 
     void compute(KernelContext& ctx) const override {
         const Tensor& x = ctx.input(0);
         const Tensor& slope = ctx.input(1);
         if (slope.type != x.type) throw KernelError("PRelu: slope has a different type than X");
-        const Shape* shapes[] = {&x.shape, &slope.shape};
+        Shape slope_shape = slope.shape;
+        if (channel_slope_ && slope.rank() == 1 && x.rank() >= 2 && slope.shape[0] == x.shape[1]) {
+            slope_shape.assign(x.rank() - 1, 1);
+            slope_shape[0] = slope.shape[0];
+        }
+        const Shape* shapes[] = {&x.shape, &slope_shape};
         const BroadcastPlan plan("PRelu", shapes, x.shape);
         dispatch_list(PReluTypes{}, x.type, [&]<typename T>() {
             Tensor& y = ctx.output(0, x.type, x.shape);
@@ -406,6 +412,9 @@ public:
                              [](T v, T s) { return v < T(0) ? s * v : v; }, &ctx.pool());
         });
     }
+
+private:
+    bool channel_slope_;
 };
 
 // ---- Registration --------------------------------------------------------------------------------------------
@@ -418,7 +427,8 @@ template <typename Types> std::vector<int32_t> input_type_ids(Types types) {
 
 template <typename Fn, typename Types>
 void add_unary(KernelRegistry& registry, const char* op, int since, KernelMemory memory = KernelMemory::InPlaceInput0) {
-    registry.add(KernelDef{.domain = "", .op_type = op,
+    registry.add(KernelDef{.domain = "",
+                           .op_type = op,
                            .since_version = since,
                            .input_types = {{0, input_type_ids(Types{})}},
                            .memory = memory,
@@ -474,7 +484,8 @@ void register_activation_kernels(KernelRegistry& registry) {
     add_unary<Shrink, NumericTypes>(registry, "Shrink", 9);
 
     const auto numeric = type_ids(NumericTypes{});
-    registry.add(KernelDef{.domain = "", .op_type = "Clip",
+    registry.add(KernelDef{.domain = "",
+                           .op_type = "Clip",
                            .since_version = 1,
                            .end_version = 10,
                            .input_types = {{0, type_ids(FloatTypes{})}},
@@ -482,18 +493,33 @@ void register_activation_kernels(KernelRegistry& registry) {
                            .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
                                return std::make_unique<ClipKernel>(info, false);
                            }});
-    registry.add(KernelDef{.domain = "", .op_type = "Clip",
+    registry.add(KernelDef{.domain = "",
+                           .op_type = "Clip",
                            .since_version = 11,
                            .input_types = {{0, numeric}, {1, numeric}, {2, numeric}},
                            .memory = KernelMemory::InPlaceInput0,
                            .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
                                return std::make_unique<ClipKernel>(info, true);
                            }});
-    registry.add(KernelDef{.domain = "", .op_type = "PRelu",
+    const auto prelu_types = type_ids(PReluTypes{});
+    registry.add(KernelDef{.domain = "",
+                           .op_type = "PRelu",
                            .since_version = 1,
-                           .input_types = {{0, type_ids(PReluTypes{})}, {1, type_ids(PReluTypes{})}},
+                           .end_version = 6,
+                           .input_types = {{0, prelu_types}, {1, prelu_types}},
                            .memory = KernelMemory::InPlaceInput0,
-                           .factory = make_factory<PReluKernel>()});
+                           .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
+                               return std::make_unique<PReluKernel>(info, true);
+                           }});
+    registry.add(KernelDef{.domain = "",
+                           .op_type = "PRelu",
+                           .since_version = 7,
+                           .end_version = 0,
+                           .input_types = {{0, prelu_types}, {1, prelu_types}},
+                           .memory = KernelMemory::InPlaceInput0,
+                           .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
+                               return std::make_unique<PReluKernel>(info, false);
+                           }});
 }
 
 }  // namespace tessera::cpu

@@ -27,6 +27,7 @@ void register_resize_kernels(KernelRegistry& registry);        // kernels/resize
 void register_image_kernels(KernelRegistry& registry);         // kernels/image.cc: GridSample, RoiAlign, NMS, ...
 void register_loss_kernels(KernelRegistry& registry);           // kernels/loss.cc: NLL and softmax cross-entropy
 void register_quantize_kernels(KernelRegistry& registry);      // kernels/quantize.cc: (De)QuantizeLinear, QLinear*, *Integer
+void register_math_kernels(KernelRegistry& registry);          // kernels/math_ops.cc: Einsum, Det, CumProd, LpNormalization, Swish
 
 void register_all_kernels(KernelRegistry& registry);
 

@@ -8,6 +8,7 @@
 // updating and emit zeros.  float16/bfloat16 run in float.
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>  // EXPERIMENT
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -191,57 +192,57 @@ int64_t max_steps(const std::vector<int64_t>& lengths) {
     return lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
 }
 
-// The recurrent product of one step, out[n, 0:rows) (row stride ldo) = state[n, :] x R'^T for every batch row n,
-// where R' is `rows` rows of R.  With packed weights (float) it is a packed-panel product: the state is transposed
-// into the panel layout, multiplied by the packed R' across the pool, and the [rows, batch] result transposed back.
-// Otherwise a BLAS product.
-template <typename T> class RecurrentProduct {
+// Rows of R transposed into the column-panel layout packed_gemm reads as its right-hand operand (util/gemm.h):
+// column j of R'^T (row j of R') holds its `depth` weights in panel j / w, w = packed_gemm_panel_width().
+class RecurrentPanels {
 public:
-    // packed_rows: the most rows a packed product will compute (0 when no packed weights are used).
-    RecurrentProduct(int64_t batch, int64_t hidden, int64_t packed_rows) : batch_(batch), hidden_(hidden) {
-        if (packed_rows > 0) {
-            const int64_t width = packed_gemm_panel_width();
-            panels_.assign(static_cast<size_t>((batch + width - 1) / width * width * hidden), T(0));
-            columns_.resize(static_cast<size_t>(packed_rows * batch));
+    // r: [columns, depth] row-major (columns = the rows of R taken).
+    RecurrentPanels(const float* r, int64_t columns, int64_t depth)
+        : columns_(columns), depth_(depth), width_(packed_gemm_panel_width()) {
+        data_.assign(static_cast<size_t>(panels() * depth * width_), 0.0f);
+        for (int64_t j = 0; j < columns; ++j) {
+            float* dst = data_.data() + (j / width_) * depth * width_ + j % width_;
+            for (int64_t k = 0; k < depth; ++k) dst[k * width_] = r[j * depth + k];
         }
     }
 
-    void run(ThreadPool& pool, const PackedFilters* packed, const T* state, const T* r, int64_t rows, T* out,
-             int64_t ldo) {
-        if constexpr (std::is_same_v<T, float>) {
-            if (packed) {
-                run_packed(pool, *packed, state, out, ldo);
-                return;
-            }
-        }
-        gemm<T>(pool, false, true, batch_, rows, hidden_, T(1), state, hidden_, r, hidden_, T(0), out, ldo);
-    }
+    int64_t columns() const { return columns_; }
+    int64_t width() const { return width_; }
+    int64_t panels() const { return (columns_ + width_ - 1) / width_; }
+    const float* panel(int64_t p) const { return data_.data() + p * depth_ * width_; }
 
 private:
-    void run_packed(ThreadPool& pool, const PackedFilters& packed, const float* state, float* out, int64_t ldo) {
-        const int64_t width = packed_gemm_panel_width();
-        for (int64_t n = 0; n < batch_; ++n) {
-            float* panel = panels_.data() + (n / width) * hidden_ * width + n % width;
-            for (int64_t k = 0; k < hidden_; ++k) panel[k * width] = state[n * hidden_ + k];
-        }
-        const int64_t rows = packed.rows();
-        const int64_t panel_work = packed.panel_rows() * hidden_ * batch_;
-        pool.parallel_for(packed.panels(), std::max<int64_t>(1, kProductGrain / std::max<int64_t>(1, panel_work)),
-                          [&](int64_t begin, int64_t end) {
-                              packed_gemm(packed, begin, end, panels_.data(), batch_, nullptr, columns_.data(),
-                                          batch_);
-                          });
-        for (int64_t n = 0; n < batch_; ++n) {
-            for (int64_t j = 0; j < rows; ++j) out[n * ldo + j] = columns_[size_t(j * batch_ + n)];
+    int64_t columns_, depth_, width_;
+    std::vector<float> data_;
+};
+
+// The recurrent product of one step, out[n, 0:columns) (row stride ldo) = state[n, :] x R'^T for every batch row
+// n, where R' is `columns` rows of R.  With panelized weights (float) it is a packed-panel product that never
+// repacks R: the small state is packed as the left operand and each task multiplies it by its column panels of
+// R'^T, which stay in cache across the batch.  Otherwise a BLAS product (which repacks R at every call, but
+// streams it without packing when the batch is a single row).
+template <typename T>
+void recurrent_product(ThreadPool& pool, const RecurrentPanels* panels, const T* state, const T* r, int64_t batch,
+                       int64_t hidden, int64_t columns, T* out, int64_t ldo) {
+    if constexpr (std::is_same_v<T, float>) {
+        if (panels) {
+            const PackedFilters packed_state(state, batch, hidden, hidden);
+            const int64_t panel_work = batch * hidden * panels->width();
+            constexpr int64_t kProductGrain = int64_t{1} << 17;  // multiply-adds per parallel task
+            pool.parallel_for(panels->panels(), std::max<int64_t>(1, kProductGrain / std::max<int64_t>(1, panel_work)),
+                              [&](int64_t begin, int64_t end) {
+                                  for (int64_t p = begin; p < end; ++p) {
+                                      const int64_t j0 = p * panels->width();
+                                      packed_gemm(packed_state, 0, packed_state.panels(), panels->panel(p),
+                                                  std::min(panels->width(), panels->columns() - j0), nullptr,
+                                                  out + j0, ldo);
+                                  }
+                              });
+            return;
         }
     }
-
-    static constexpr int64_t kProductGrain = int64_t{1} << 17;  // multiply-adds per parallel task
-
-    int64_t batch_, hidden_;
-    std::vector<T> panels_;   // the state in panel layout (padding columns stay zero)
-    std::vector<T> columns_;  // the product, [rows, batch]
-};
+    gemm<T>(pool, false, true, batch, columns, hidden, T(1), state, hidden, r, hidden, T(0), out, ldo);
+}
 
 class RecurrentKernel final : public Kernel {
 public:
@@ -432,10 +433,11 @@ private:
                 projections.get(), all_gates);
 
         // Packed recurrent weights: the constant ones, or packed now when several steps share them.
-        const std::vector<PackedFilters>* packed = nullptr;
-        std::vector<PackedFilters> packed_now;
+        const std::vector<RecurrentPanels>* packed = nullptr;
+        std::vector<RecurrentPanels> packed_now;
         if constexpr (std::is_same_v<T, float>) {
-            if (packed_gemm_supported() && batch >= kPackedMinBatch) {
+            static const int64_t min_batch = std::getenv("RNN_MIN") ? std::atoll(std::getenv("RNN_MIN")) : kPackedMinBatch;  // EXPERIMENT
+            if (packed_gemm_supported() && batch >= min_batch) {
                 if (!packed_recurrence_.empty()) {
                     packed = &packed_recurrence_;
                 } else if (max_steps(lengths) > 1) {
@@ -444,7 +446,10 @@ private:
                 }
             }
         }
-        RecurrentProduct<T> product(batch, hidden, packed ? gh : 0);
+        auto product = [&](size_t panel_index, const T* state, const T* r_rows, int64_t columns, T* out) {
+            recurrent_product<T>(pool, packed ? &(*packed)[panel_index] : nullptr, state, r_rows, batch, hidden,
+                                 columns, out, gh);
+        };
 
         if (io.y && lengths != std::vector<int64_t>(lengths.size(), steps)) {
             // Steps past a row's length emit zeros.
@@ -486,8 +491,7 @@ private:
 
                 if (cell_ == Cell::Gru && !linear_before_reset_) {
                     // r gates the previous state before its product with Rh: two products per step.
-                    product.run(pool, packed ? &(*packed)[size_t(2 * d)] : nullptr, h.data(), r, 2 * hidden,
-                                gates.data(), gh);
+                    product(size_t(2 * d), h.data(), r, 2 * hidden, gates.data());
                     pool.parallel_for(batch, grain, [&](int64_t begin, int64_t end) {
                         for (int64_t n = begin; n < end; ++n) {
                             if (s >= lengths[size_t(n)]) continue;
@@ -496,10 +500,10 @@ private:
                                                        hidden, f[0]);
                         }
                     });
-                    product.run(pool, packed ? &(*packed)[size_t(2 * d + 1)] : nullptr, reset_hidden.data(),
-                                r + 2 * hidden * hidden, hidden, gates.data() + 2 * hidden, gh);
+                    product(size_t(2 * d + 1), reset_hidden.data(), r + 2 * hidden * hidden, hidden,
+                            gates.data() + 2 * hidden);
                 } else {
-                    product.run(pool, packed ? &(*packed)[size_t(d)] : nullptr, h.data(), r, gh, gates.data(), gh);
+                    product(size_t(d), h.data(), r, gh, gates.data());
                 }
                 pool.parallel_for(batch, grain, [&](int64_t begin, int64_t end) {
                     for (int64_t n = begin; n < end; ++n) {
@@ -667,9 +671,9 @@ private:
     // Float recurrent weights packed for the packed-panel products (util/gemm.h), which unlike a BLAS call do not
     // repack R at every step.  Per direction: the rows multiplied by Ht-1 (for GRU without linear_before_reset,
     // R[zr] and then R[h] separately).
-    std::vector<PackedFilters> pack_recurrence(const float* r, int64_t directions, int64_t hidden) const {
+    std::vector<RecurrentPanels> pack_recurrence(const float* r, int64_t directions, int64_t hidden) const {
         const int64_t gh = gate_count(cell_) * hidden;
-        std::vector<PackedFilters> packed;
+        std::vector<RecurrentPanels> packed;
         for (int64_t d = 0; d < directions; ++d) {
             const float* rd = r + d * gh * hidden;
             if (cell_ == Cell::Gru && !linear_before_reset_) {
@@ -713,7 +717,7 @@ private:
     bool reverse_only_ = false;
     float clip_ = std::numeric_limits<float>::infinity();
     std::vector<Activation> activations_;  // activations_per_direction(cell) per direction
-    std::vector<PackedFilters> packed_recurrence_;  // see pack_recurrence; empty when R is not a float constant
+    std::vector<RecurrentPanels> packed_recurrence_;  // see pack_recurrence; empty when R is not a float constant
 };
 
 }  // namespace

@@ -173,20 +173,44 @@ Int8PackedB::Int8PackedB(const void* data, bool is_signed, int64_t K, int64_t N,
     auto pack_panels = [&](int64_t first, int64_t last) {
         for (int64_t p = first; p < last; ++p) {
             int8_t* panel = data_.data() + p * panel_bytes;
-            std::fill(panel, panel + panel_bytes, int8_t{0});
             const int64_t n0 = p * kPanel, columns = std::min(kPanel, N - n0);
             uint32_t sums[kPanel] = {};
-            // Row by row: the reads of a row-major B are contiguous, the writes stay inside the panel.
+            for (int64_t k = 0; k < K; ++k) {
+                const uint8_t* src = bytes + k * row_stride + n0 * column_stride;
+                for (int64_t c = 0; c < columns; ++c)
+                    sums[c] += static_cast<uint32_t>(static_cast<int32_t>(static_cast<int8_t>(src[c * column_stride] ^ flip)));
+            }
+            for (int64_t c = 0; c < columns; ++c) column_sums_[n0 + c] = static_cast<int32_t>(sums[c]);
+            if (column_stride == 1 && columns == kPanel) {
+                // Whole panels of a row-major B: 4 rows x 16 columns at a time, interleaved into [column][4 rows].
+                const __m128i flip_bytes = _mm_set1_epi8(static_cast<char>(flip));
+                for (int64_t g = 0; g < groups(); ++g) {
+                    for (int64_t half = 0; half < 2; ++half) {
+                        __m128i r[4];
+                        for (int64_t j = 0; j < 4; ++j) {
+                            const int64_t k = g * 4 + j;
+                            r[j] = k < K ? _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
+                                                             bytes + k * row_stride + n0 + half * 16)),
+                                                         flip_bytes)
+                                         : _mm_setzero_si128();
+                        }
+                        const __m128i t0 = _mm_unpacklo_epi8(r[0], r[1]), t1 = _mm_unpackhi_epi8(r[0], r[1]);
+                        const __m128i t2 = _mm_unpacklo_epi8(r[2], r[3]), t3 = _mm_unpackhi_epi8(r[2], r[3]);
+                        auto* dst = reinterpret_cast<__m128i*>(panel + g * 4 * kPanel + half * 64);
+                        _mm_storeu_si128(dst + 0, _mm_unpacklo_epi16(t0, t2));
+                        _mm_storeu_si128(dst + 1, _mm_unpackhi_epi16(t0, t2));
+                        _mm_storeu_si128(dst + 2, _mm_unpacklo_epi16(t1, t3));
+                        _mm_storeu_si128(dst + 3, _mm_unpackhi_epi16(t1, t3));
+                    }
+                }
+                continue;
+            }
+            std::fill(panel, panel + panel_bytes, int8_t{0});
             for (int64_t k = 0; k < K; ++k) {
                 const uint8_t* src = bytes + k * row_stride + n0 * column_stride;
                 int8_t* dst = panel + (k / 4) * 4 * kPanel + k % 4;
-                for (int64_t c = 0; c < columns; ++c) {
-                    const auto value = static_cast<int8_t>(src[c * column_stride] ^ flip);
-                    dst[c * 4] = value;
-                    sums[c] += static_cast<uint32_t>(static_cast<int32_t>(value));
-                }
+                for (int64_t c = 0; c < columns; ++c) dst[c * 4] = static_cast<int8_t>(src[c * column_stride] ^ flip);
             }
-            for (int64_t c = 0; c < columns; ++c) column_sums_[n0 + c] = static_cast<int32_t>(sums[c]);
         }
     };
     if (pool != nullptr) {
