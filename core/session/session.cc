@@ -29,11 +29,11 @@ IoInfo make_io_info(const Graph& graph, const std::string& name) {
 
 Session::Session(TessEnv& env, LoadedModel model, const TessSessionOptions& options)
     : graph_(std::move(model.graph)) {
-    for (const auto& in : graph_.inputs) inputs_.push_back(make_io_info(graph_, in));
-    for (const auto& out : graph_.outputs) outputs_.push_back(make_io_info(graph_, out));
     custom_ops_ = env.plugins.custom_ops();
     for (const auto& op : custom_ops_) custom_op_apis_.push_back(op->api);
-    infer_custom_op_types();
+    infer_custom_op_types();  // before the I/O descriptions, which show the inferred types
+    for (const auto& in : graph_.inputs) inputs_.push_back(make_io_info(graph_, in));
+    for (const auto& out : graph_.outputs) outputs_.push_back(make_io_info(graph_, out));
     choose_providers(env, options);
     PassContext context;
     context.evaluate = [this](const Graph& graph, size_t node) { return evaluate_constant_node(graph, node); };
