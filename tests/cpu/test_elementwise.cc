@@ -686,6 +686,12 @@ TEST(Activation, PReluPerChannelSlope) {
     auto out = run_node(registry(), node, {tensor<float>({2, 3, 4, 10}, x), tensor<float>({3, 1, 1}, slope)});
     const auto got = values_of<float>(*out[0]);
     for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(got[i], x[i] < 0 ? x[i] * slope[(i / 40) % 3] : x[i]);
+
+    // Opset 6: a 1-D slope of the channel count applies along axis 1.
+    NodeBuilder legacy("PRelu", 6);
+    legacy.input().input().output();
+    out = run_node(registry(), legacy, {tensor<float>({2, 3, 40}, x), tensor<float>({3}, slope)});
+    EXPECT_EQ(values_of<float>(*out[0]), got);
 }
 
 // ---- Softmax -------------------------------------------------------------------------------------------------

@@ -10,14 +10,17 @@
 // within 2e-6 relative for arguments below 6, so erf and GELU within 3e-7.  Inputs of ±inf and NaN give the IEEE
 // results (GELU: the limits).
 //
-// NaN handling: every function lets NaN flow through its arithmetic instead of testing for it, because GCC
-// turns a select on an integer-compare mask mixed with float-compare masks into per-lane scalar code when the
-// code is first compiled for the baseline ISA.
+// Pitfalls met with GCC 12 (check the AVX-512 disassembly for per-lane scalar code after changes):
+//  - x != x (NaN tests) and selects that mix integer-compare masks with float-compare masks are split into one
+//    scalar operation per lane; the functions here let NaN flow through their arithmetic instead of testing it.
+//  - A function that takes or returns Vf and is not inlined gets an ABI warning (-Wpsabi, an error under
+//    -Werror) and is slow; mark every such function, including functors' call operators, always_inline.
 //
 // Use:
-//     vec::run_best_isa([&] { vec::map(in, out, n, [](vec::Vf x) { return vec::sigmoid(x); }); });
+//     struct Sigmoid { [[gnu::always_inline]] vec::Vf operator()(vec::Vf x) const { return vec::sigmoid(x); } };
+//     vec::run_best_isa([&] { vec::map(in, out, n, Sigmoid{}); });
 // run_best_isa inlines its body into an AVX-512 / AVX2 / baseline copy of itself, so everything the body calls
-// must be inline (the functions here are).
+// must be inline (the functions here are).  x86-64 only.
 #pragma once
 
 #include <immintrin.h>
@@ -42,7 +45,10 @@ enum class Isa { Baseline, Avx2, Avx512 };
 inline Isa best_isa() {
     static const Isa isa = [] {
         __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) return Isa::Avx512;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw")) {
+            return Isa::Avx512;
+        }
         if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
         return Isa::Baseline;
     }();
