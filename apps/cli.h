@@ -76,5 +76,6 @@ struct EnvFlags {
 // Subcommands: each returns the exit status and throws UsageError / tessera::Error / std::exception.
 int run_command(Args& args);
 int plugins_command(Args& args);
+int inspect_command(Args& args);
 
 }  // namespace tessera::cli

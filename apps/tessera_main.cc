@@ -1,5 +1,6 @@
-// The `tessera` command: dispatches to one subcommand per file (cmd_run.cc, cmd_plugins.cc) and turns every
-// failure into one "tessera: error: ..." line and an exit status (1: the work failed, 2: the command line is wrong).
+// The `tessera` command: dispatches to one subcommand per file (cmd_run.cc, cmd_plugins.cc, cmd_inspect.cc) and turns
+// every failure into one "tessera: error: ..." line and an exit status (1: the work failed, 2: the command line is
+// wrong).
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@ constexpr const char* kHelp =
     "  run [MODEL]    run a model (the embedded default model when MODEL is left out)\n"
     "                 on given or generated inputs, print its outputs and partition plan\n"
     "  plugins        list the plugins discovery found and the providers they contribute\n"
+    "  inspect MODEL  show how MODEL is partitioned across providers (text, JSON, Graphviz)\n"
     "\n"
     "Options:\n"
     "  -h, --help     show this help (`tessera <command> --help` for a command)\n"
@@ -108,6 +110,7 @@ int main(int argc, char** argv) {
         }
         if (command == "run") return run_command(args);
         if (command == "plugins") return plugins_command(args);
+        if (command == "inspect") return inspect_command(args);
         throw UsageError("unknown command '" + command + "' (try 'tessera --help')");
     } catch (const UsageError& e) {
         std::fprintf(stderr, "tessera: error: %s\n", e.what());

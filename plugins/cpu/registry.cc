@@ -24,6 +24,9 @@ void register_all_kernels(KernelRegistry& registry) {
     register_loss_kernels(registry);
     register_quantize_kernels(registry);
     register_math_kernels(registry);
+    register_misc_kernels(registry);
+    register_ml_kernels(registry);
+    register_training_kernels(registry);
 }
 
 }  // namespace tessera::cpu

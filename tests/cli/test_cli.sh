@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end checks of the `tessera` command: plugin report with broken plugins present, runs that still work, and
 # bad input reported as one error line with a non-zero exit status.
-# Usage: test_cli.sh TESSERA_BINARY TEST_PLUGIN_DIR BACKEND_DATA_DIR
+# Usage: test_cli.sh TESSERA_BINARY TEST_PLUGIN_DIR BACKEND_DATA_DIR [SAMPLE_PLUGIN_DIR]
 set -uo pipefail
-tessera=$1; test_plugins=$2; data=$3
+tessera=$1; test_plugins=$2; data=$3; sample_plugins=${4:-$(dirname "$tessera")/../lib/tessera/samples}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 failures=0; passed=0
 check() {  # check NAME COMMAND... : the command must succeed
@@ -59,6 +59,31 @@ mkdir -p "$work/too_many"
 cp "$case_dir/test_data_set_0/input_0.pb" "$work/too_many/input_0.pb"
 cp "$case_dir/test_data_set_0/input_0.pb" "$work/too_many/input_1.pb"
 bad "wrong input count" run "$case_dir/model.onnx" --inputs "$work/too_many"
+
+# inspect: the partition plan of a real model split between the sample provider and cpu.
+resnet="$data/light/light_resnet50.onnx"
+if [ -f "$resnet" ]; then
+  inspect=("$tessera" inspect "$resnet" --providers sample,cpu --plugin-path "$sample_plugins")
+  "${inspect[@]}" > "$work/inspect.txt" 2>&1; status=$?
+  check "inspect exits 0" test $status -eq 0
+  check "inspect text shows sample and cpu partitions" \
+    sh -c "grep -Eq '^  \[[0-9]+\] sample ' '$work/inspect.txt' && grep -Eq '^  \[[0-9]+\] cpu ' '$work/inspect.txt'"
+  "${inspect[@]}" --json > "$work/inspect.json" 2>&1
+  check "inspect json parses and names two providers" python3 -c "
+import json, sys
+r = json.load(open('$work/inspect.json'))
+providers = {p['provider'] for p in r['partitions']}
+copies = sum(p['copy_count'] for p in r['partitions'])
+sys.exit(0 if r['ok'] and len(providers) >= 2 and copies == r['copy_count'] > 0 else 1)"
+  "${inspect[@]}" --dot "$work/plan.dot" --svg "$work/plan.svg" > /dev/null 2>&1
+  check "inspect --dot draws copies as dashed red edges" grep -q 'style=dashed, color=red' "$work/plan.dot"
+  check "inspect --svg writes an svg file" sh -c "test -s '$work/plan.svg' && grep -q '<svg' '$work/plan.svg'"
+  "$tessera" inspect "$resnet" --providers sample --strict --plugin-path "$sample_plugins" > "$work/declined.txt" 2>&1
+  status=$?
+  check "inspect reports why sample declines, exit 1" \
+    sh -c "test $status -eq 1 && grep -q 'sample: sample runs float32' '$work/declined.txt'"
+fi
+bad "inspect without a model" inspect
 
 echo "$passed passed, $failures failed"
 [ $failures -eq 0 ]

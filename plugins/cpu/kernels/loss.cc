@@ -49,8 +49,8 @@ LossGeometry check_shapes(const std::string& op, const Tensor& scores, const Ten
     Shape expected_target{scores.shape[0]};
     expected_target.insert(expected_target.end(), scores.shape.begin() + 2, scores.shape.end());
     if (target.shape != expected_target) {
-        throw KernelError(op + ": target " + shape_string(target.shape) + " must be " +
-                          shape_string(expected_target) + " for scores " + shape_string(scores.shape));
+        throw KernelError(op + ": target " + shape_string(target.shape) + " must be " + shape_string(expected_target) +
+                          " for scores " + shape_string(scores.shape));
     }
     if (weight != nullptr && (weight->rank() != 1 || weight->shape[0] != scores.shape[1])) {
         throw KernelError(op + ": weight " + shape_string(weight->shape) + " must be [" +
@@ -67,9 +67,8 @@ LossGeometry check_shapes(const std::string& op, const Tensor& scores, const Ten
 }
 
 // Every target must be a class index or the ignored index.
-template <typename Index>
-void check_targets(const std::string& op, const Index* target, int64_t count, int64_t classes,
-                   const std::optional<int64_t>& ignore_index) {
+template <typename Index> void check_targets(const std::string& op, const Index* target, int64_t count, int64_t classes,
+                                             const std::optional<int64_t>& ignore_index) {
     for (int64_t i = 0; i < count; ++i) {
         const int64_t t = target[i];
         if (ignore_index && t == *ignore_index) continue;
@@ -83,9 +82,9 @@ void check_targets(const std::string& op, const Index* target, int64_t count, in
 // loss = -log_prob[n, target, d] * weight[target]; none: one value per target, sum: their sum, mean: their sum
 // divided by the sum of the weights of the targets that are not ignored (NaN when that is zero, as in ONNX's
 // reference).  `out` holds N * D values for Reduction::None, one otherwise.
-template <typename T, typename Index>
-void negative_log_likelihood(const T* log_prob, const Index* target, const T* weight, const LossGeometry& g,
-                             const LossAttributes& attrs, T* out) {
+template <typename T, typename Index> void negative_log_likelihood(const T* log_prob, const Index* target,
+                                                                   const T* weight, const LossGeometry& g,
+                                                                   const LossAttributes& attrs, T* out) {
     double total = 0;
     double total_weight = 0;
     for (int64_t n = 0; n < g.N; ++n) {
@@ -112,8 +111,7 @@ void negative_log_likelihood(const T* log_prob, const Index* target, const T* we
 
 // log_prob = LogSoftmax(scores) along C for each of the N * D lines (C elements D apart); lines are split across
 // the pool in groups of neighbouring d so that the inner loops run over contiguous memory.
-template <typename T>
-void log_softmax_classes(ThreadPool& pool, const T* scores, const LossGeometry& g, T* log_prob) {
+template <typename T> void log_softmax_classes(ThreadPool& pool, const T* scores, const LossGeometry& g, T* log_prob) {
     constexpr int64_t kColumns = 64;  // neighbouring lines handled together
     const int64_t groups = (g.D + kColumns - 1) / kColumns;
     const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, g.C * std::min(g.D, kColumns)));
@@ -181,9 +179,8 @@ public:
 
 private:
     // log_prob_out: where SoftmaxCrossEntropyLoss writes its log-probabilities (null: not wanted).
-    template <typename T>
-    void run(KernelContext& ctx, const LossGeometry& g, const T* scores, const Tensor& target, const T* weight,
-             T* loss, T* log_prob_out) const {
+    template <typename T> void run(KernelContext& ctx, const LossGeometry& g, const T* scores, const Tensor& target,
+                                   const T* weight, T* loss, T* log_prob_out) const {
         const T* log_prob = scores;
         std::vector<T> scratch;
         if (softmax_) {
@@ -205,16 +202,16 @@ private:
 };
 
 void add_loss(KernelRegistry& registry, const char* op, bool softmax) {
-    registry.add(KernelDef{.domain = "",
-                           .op_type = op,
-                           .since_version = 12,
-                           .end_version = 0,
-                           .input_types = {{0, type_ids_with_16bit_floats(FloatTypes{})},
-                                           {1, {TESS_ELEMENT_INT32, TESS_ELEMENT_INT64}}},
-                           .memory = KernelMemory::Normal,
-                           .factory = [softmax](const NodeInfo& info) -> std::unique_ptr<Kernel> {
-                               return std::make_unique<LossKernel>(info, softmax);
-                           }});
+    registry.add(KernelDef{
+        .domain = "",
+        .op_type = op,
+        .since_version = 12,
+        .end_version = 0,
+        .input_types = {{0, type_ids_with_16bit_floats(FloatTypes{})}, {1, {TESS_ELEMENT_INT32, TESS_ELEMENT_INT64}}},
+        .memory = KernelMemory::Normal,
+        .factory = [softmax](const NodeInfo& info) -> std::unique_ptr<Kernel> {
+            return std::make_unique<LossKernel>(info, softmax);
+        }});
 }
 
 }  // namespace

@@ -43,8 +43,8 @@ constexpr int kEllipsisLabel = 128;
 constexpr int kEllipsisMarker = -1;  // where "..." stands in a parsed term
 
 struct EinsumEquation {
-    std::vector<std::vector<int>> inputs;   // per operand: letters and at most one kEllipsisMarker
-    std::optional<std::vector<int>> output; // nullopt: implicit output
+    std::vector<std::vector<int>> inputs;    // per operand: letters and at most one kEllipsisMarker
+    std::optional<std::vector<int>> output;  // nullopt: implicit output
 };
 
 EinsumEquation parse_einsum(const std::string& equation) {
@@ -90,7 +90,8 @@ EinsumEquation parse_einsum(const std::string& equation) {
 
 // An operand during the contraction: a strided view (one dimension per distinct label) of memory that either an
 // input or `storage` holds.
-template <typename C> struct EinsumOperand {
+template <typename C>
+struct EinsumOperand {
     std::vector<int> labels;
     Shape dims;
     std::vector<int64_t> strides;
@@ -100,16 +101,24 @@ template <typename C> struct EinsumOperand {
 
 using LabelSizes = std::map<int, int64_t>;
 
-// A contiguous copy of `op` with its dimensions in `order`; labels of `op` missing from `order` are summed over.
-// Returns a view of the same memory when that is already the layout.
+// Whether `op` is already contiguous with its dimensions in `order` (so that it can be used as it is).
 template <typename C>
-EinsumOperand<C> arrange(const EinsumOperand<C>& op, const std::vector<int>& order, ThreadPool& pool) {
-    EinsumOperand<C> result;
-    result.labels = order;
+bool has_layout(const EinsumOperand<C>& op, const std::vector<int>& order) {
+    if (op.labels != order) return false;
+    const std::vector<int64_t> contiguous = contiguous_strides(op.dims);
+    for (size_t k = 0; k < op.dims.size(); ++k)
+        if (op.dims[k] != 1 && op.strides[k] != contiguous[k]) return false;
+    return true;
+}
+
+// Writes `op` to dst (contiguous) with its dimensions in `order`; labels of `op` missing from `order` are summed.
+template <typename C>
+void arrange_into(const EinsumOperand<C>& op, const std::vector<int>& order, C* dst, ThreadPool& pool) {
+    Shape dims;
     std::vector<int64_t> kept_strides;
     for (int label : order) {
         const size_t k = size_t(std::find(op.labels.begin(), op.labels.end(), label) - op.labels.begin());
-        result.dims.push_back(op.dims[k]);
+        dims.push_back(op.dims[k]);
         kept_strides.push_back(op.strides[k]);
     }
     Shape summed_dims;
@@ -119,25 +128,12 @@ EinsumOperand<C> arrange(const EinsumOperand<C>& op, const std::vector<int>& ord
         summed_dims.push_back(op.dims[k]);
         summed_strides.push_back(op.strides[k]);
     }
-    result.strides = contiguous_strides(result.dims);
-    const int64_t count = shape_size(result.dims);
+    const int64_t count = shape_size(dims);
+    if (count == 0) return;
     if (summed_dims.empty()) {
-        bool in_place = true;
-        for (size_t k = 0; k < result.dims.size(); ++k)
-            if (result.dims[k] != 1 && kept_strides[k] != result.strides[k]) in_place = false;
-        if (in_place) {
-            result.data = op.data;
-            return result;
-        }
-    }
-    result.storage.resize(size_t(count));
-    result.data = result.storage.data();
-    if (count == 0) return result;
-    if (summed_dims.empty()) {
-        movement::copy_strided(reinterpret_cast<std::byte*>(result.storage.data()),
-                               reinterpret_cast<const std::byte*>(op.data), sizeof(C), result.dims, kept_strides,
-                               pool);
-        return result;
+        movement::copy_strided(reinterpret_cast<std::byte*>(dst), reinterpret_cast<const std::byte*>(op.data),
+                               sizeof(C), dims, kept_strides, pool);
+        return;
     }
     // Offsets of every summed element relative to the first, enumerated once.
     const int64_t summed_count = shape_size(summed_dims);
@@ -146,24 +142,63 @@ EinsumOperand<C> arrange(const EinsumOperand<C>& op, const std::vector<int>& ord
         movement::Odometer at(summed_dims, summed_strides, 0);
         for (int64_t r = 0; r < summed_count; ++r, at.next()) summed_offsets[size_t(r)] = at.offset();
     }
-    C* out = result.storage.data();
     const C* in = op.data;
     movement::parallel_range(pool, count, std::max<int64_t>(1, summed_count) * int64_t(sizeof(C)),
                              [&](int64_t begin, int64_t end) {
-                                 movement::Odometer at(result.dims, kept_strides, begin);
+                                 movement::Odometer at(dims, kept_strides, begin);
                                  for (int64_t i = begin; i < end; ++i, at.next()) {
                                      C sum = C(0);
                                      const C* base = in + at.offset();
                                      for (const int64_t offset : summed_offsets) sum = wrapping_add(sum, base[offset]);
-                                     out[i] = sum;
+                                     dst[i] = sum;
                                  }
                              });
+}
+
+// `op` contiguous with its dimensions in `order`: a view of the same memory when that is already the layout, a
+// rearranged (and summed) copy otherwise.
+template <typename C>
+EinsumOperand<C> arrange(const EinsumOperand<C>& op, const std::vector<int>& order, const LabelSizes& sizes,
+                         ThreadPool& pool) {
+    EinsumOperand<C> result;
+    result.labels = order;
+    for (int label : order) result.dims.push_back(sizes.at(label));
+    result.strides = contiguous_strides(result.dims);
+    if (has_layout(op, order)) {
+        result.data = op.data;
+        return result;
+    }
+    result.storage.resize(static_cast<size_t>(shape_size(result.dims)));
+    result.data = result.storage.data();
+    arrange_into(op, order, result.storage.data(), pool);
     return result;
 }
 
-// Contracts two operands over the labels they share and `keep` does not contain, as one batched GEMM: A as
-// [batch, a_kept, contracted], B as [batch, contracted, b_kept].  Labels only one side has and `keep` lacks are
-// summed first.  The result's labels are batch + a_kept + b_kept.
+// C[p] = op(A[p]) * op(B[p]) for each of `batches` products of contiguous matrices (op = transpose when flagged).
+template <typename C>
+void batched_gemm(ThreadPool& pool, int64_t batches, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                  const C* A, const C* B, C* out) {
+    const int64_t lda = trans_a ? M : K, ldb = trans_b ? K : N;
+    const int64_t work = M * N * std::max<int64_t>(K, 1);
+    constexpr int64_t kWorkPerTask = 1 << 16;
+    if (batches == 1 || work >= kWorkPerTask * pool.size()) {  // big products: split each one across the pool
+        for (int64_t p = 0; p < batches; ++p)
+            gemm<C>(pool, trans_a, trans_b, M, N, K, C(1), A + p * M * K, lda, B + p * K * N, ldb, C(0),
+                    out + p * M * N, N);
+        return;
+    }
+    check_gemm_dimensions(M, N, K);  // many small products: whole products per task
+    pool.parallel_for(batches, std::max<int64_t>(1, kWorkPerTask / work), [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p)
+            gemm_serial<C>(trans_a, trans_b, M, N, K, C(1), A + p * M * K, lda, B + p * K * N, ldb, C(0),
+                           out + p * M * N, N);
+    });
+}
+
+// Contracts two operands over the labels they share and `keep` does not contain, as one batched GEMM of A
+// [batch, a_kept, contracted] and B [batch, contracted, b_kept]; an operand already laid out as the transpose of
+// that is used in place with GEMM's transpose flag.  Labels only one side has and `keep` lacks are summed first.
+// The result's labels are batch + a_kept + b_kept.
 template <typename C>
 EinsumOperand<C> contract(const EinsumOperand<C>& a, const EinsumOperand<C>& b, const std::set<int>& keep,
                           const LabelSizes& sizes, ThreadPool& pool) {
@@ -173,9 +208,12 @@ EinsumOperand<C> contract(const EinsumOperand<C>& a, const EinsumOperand<C>& b, 
     std::vector<int> batch, contracted, a_kept, b_kept;
     for (int label : a.labels) {
         const bool shared = has(b, label), kept = keep.count(label) != 0;
-        if (shared && kept) batch.push_back(label);
-        else if (shared) contracted.push_back(label);
-        else if (kept) a_kept.push_back(label);
+        if (shared && kept)
+            batch.push_back(label);
+        else if (shared)
+            contracted.push_back(label);
+        else if (kept)
+            a_kept.push_back(label);
     }
     for (int label : b.labels)
         if (!has(a, label) && keep.count(label)) b_kept.push_back(label);
@@ -185,8 +223,14 @@ EinsumOperand<C> contract(const EinsumOperand<C>& a, const EinsumOperand<C>& b, 
         for (const auto* part : parts) all.insert(all.end(), part->begin(), part->end());
         return all;
     };
-    const EinsumOperand<C> left = arrange(a, concat({&batch, &a_kept, &contracted}), pool);
-    const EinsumOperand<C> right = arrange(b, concat({&batch, &contracted, &b_kept}), pool);
+    const std::vector<int> a_order = concat({&batch, &a_kept, &contracted});
+    const std::vector<int> a_transposed = concat({&batch, &contracted, &a_kept});
+    const std::vector<int> b_order = concat({&batch, &contracted, &b_kept});
+    const std::vector<int> b_transposed = concat({&batch, &b_kept, &contracted});
+    const bool trans_a = !has_layout(a, a_order) && has_layout(a, a_transposed);
+    const bool trans_b = !has_layout(b, b_order) && has_layout(b, b_transposed);
+    const EinsumOperand<C> left = arrange(a, trans_a ? a_transposed : a_order, sizes, pool);
+    const EinsumOperand<C> right = arrange(b, trans_b ? b_transposed : b_order, sizes, pool);
     const auto size_of = [&](const std::vector<int>& labels) {
         int64_t n = 1;
         for (int label : labels) n *= sizes.at(label);
@@ -198,11 +242,10 @@ EinsumOperand<C> contract(const EinsumOperand<C>& a, const EinsumOperand<C>& b, 
     result.labels = concat({&batch, &a_kept, &b_kept});
     for (int label : result.labels) result.dims.push_back(sizes.at(label));
     result.strides = contiguous_strides(result.dims);
-    result.storage.assign(size_t(batches * M * N), C(0));
+    result.storage.assign(static_cast<size_t>(batches * M * N), C(0));
     result.data = result.storage.data();
-    if (result.storage.empty() || K == 0) return result;
-    const MatMulPlan plan = plan_matmul({batches, M, K}, {batches, K, N}, "Einsum");
-    run_matmul<C>(pool, plan, left.data, right.data, result.storage.data());
+    if (!result.storage.empty() && K > 0)
+        batched_gemm<C>(pool, batches, trans_a, trans_b, M, N, K, left.data, right.data, result.storage.data());
     return result;
 }
 
@@ -223,22 +266,30 @@ public:
         // Narrow integers are computed in 32 bits (the wrapped low bits are the same) and float16 in float.
         switch (type) {
             case TESS_ELEMENT_FLOAT32:
-            case TESS_ELEMENT_FLOAT16: return run<float>(ctx);
-            case TESS_ELEMENT_FLOAT64: return run<double>(ctx);
+            case TESS_ELEMENT_FLOAT16:
+                return run<float>(ctx);
+            case TESS_ELEMENT_FLOAT64:
+                return run<double>(ctx);
             case TESS_ELEMENT_INT8:
             case TESS_ELEMENT_INT16:
-            case TESS_ELEMENT_INT32: return run<int32_t>(ctx);
-            case TESS_ELEMENT_INT64: return run<int64_t>(ctx);
+            case TESS_ELEMENT_INT32:
+                return run<int32_t>(ctx);
+            case TESS_ELEMENT_INT64:
+                return run<int64_t>(ctx);
             case TESS_ELEMENT_UINT8:
             case TESS_ELEMENT_UINT16:
-            case TESS_ELEMENT_UINT32: return run<uint32_t>(ctx);
-            case TESS_ELEMENT_UINT64: return run<uint64_t>(ctx);
-            default: throw_unsupported_type("Einsum", type);
+            case TESS_ELEMENT_UINT32:
+                return run<uint32_t>(ctx);
+            case TESS_ELEMENT_UINT64:
+                return run<uint64_t>(ctx);
+            default:
+                throw_unsupported_type("Einsum", type);
         }
     }
 
 private:
-    template <typename C> void run(KernelContext& ctx) const {
+    template <typename C>
+    void run(KernelContext& ctx) const {
         const size_t count = ctx.input_count();
         std::vector<ConvertedInput<C>> inputs;
         inputs.reserve(count);
@@ -253,8 +304,8 @@ private:
             const bool has_ellipsis = letters != term.size();
             if (rank < letters || (!has_ellipsis && rank != letters))
                 throw KernelError("Einsum: input " + std::to_string(i) + " has shape " +
-                                  shape_string(ctx.input(i).shape) + " but its term in '" + equation_text_ +
-                                  "' has " + std::to_string(letters) + " labels");
+                                  shape_string(ctx.input(i).shape) + " but its term in '" + equation_text_ + "' has " +
+                                  std::to_string(letters) + " labels");
             if (has_ellipsis) ellipsis_rank = std::max(ellipsis_rank, rank - letters);
         }
         LabelSizes sizes;
@@ -296,7 +347,8 @@ private:
             for (size_t k = 0; k < op.labels.size(); ++k) {
                 auto [entry, fresh] = sizes.emplace(op.labels[k], op.dims[k]);
                 if (fresh || entry->second == op.dims[k]) continue;
-                if (entry->second == 1) entry->second = op.dims[k];
+                if (entry->second == 1)
+                    entry->second = op.dims[k];
                 else if (op.dims[k] != 1)
                     throw KernelError("Einsum: label '" + label_name(op.labels[k]) + "' has sizes " +
                                       std::to_string(entry->second) + " and " + std::to_string(op.dims[k]));
@@ -336,11 +388,8 @@ private:
             for (size_t j = i + 1; j < count; ++j) keep.insert(operands[j].labels.begin(), operands[j].labels.end());
             current = contract(current, operands[i], keep, sizes, ctx.pool());
         }
-        const EinsumOperand<C> result = arrange(current, output_labels, ctx.pool());
-
         ConvertedOutput<C> out(ctx.output(0, ctx.input(0).type, output_shape));
-        if (const int64_t n = shape_size(output_shape))
-            movement::parallel_memcpy(ctx.pool(), out.data(), result.data, size_t(n) * sizeof(C));
+        arrange_into(current, output_labels, out.data(), ctx.pool());
         out.finish(ctx.pool());
     }
 
@@ -425,7 +474,8 @@ public:
         const int64_t inner = product(input.shape, axis + 1, input.rank());
         dispatch<float, double, int32_t, int64_t, uint32_t, uint64_t, fp::Half, fp::BFloat16>(
             input.type, [&]<typename T>() {
-                using Acc = std::conditional_t<std::is_same_v<T, fp::Half> || std::is_same_v<T, fp::BFloat16>, float, T>;
+                using Acc =
+                    std::conditional_t<std::is_same_v<T, fp::Half> || std::is_same_v<T, fp::BFloat16>, float, T>;
                 cumulative_along_axis<T, Acc>(ctx.pool(), input.ptr<T>(), output.ptr<T>(), outer, dim, inner,
                                               exclusive_, reverse_, Acc(1),
                                               [](Acc a, Acc b) { return wrapping_mul(a, b); });
@@ -443,8 +493,7 @@ private:
 class LpNormalizationKernel final : public Kernel {
 public:
     explicit LpNormalizationKernel(const NodeInfo& info) : axis_(info.attr_int("axis", -1)), p_(info.attr_int("p", 2)) {
-        if (p_ != 1 && p_ != 2)
-            throw KernelError("LpNormalization: p must be 1 or 2, got " + std::to_string(p_));
+        if (p_ != 1 && p_ != 2) throw KernelError("LpNormalization: p must be 1 or 2, got " + std::to_string(p_));
     }
 
     void compute(KernelContext& ctx) const override {
@@ -460,8 +509,10 @@ public:
             normalize<C>(in.data(), out.data(), outer, dim, inner, ctx.pool());
             out.finish(ctx.pool());
         };
-        if (x.type == TESS_ELEMENT_FLOAT64) run.template operator()<double>();
-        else run.template operator()<float>();
+        if (x.type == TESS_ELEMENT_FLOAT64)
+            run.template operator()<double>();
+        else
+            run.template operator()<float>();
     }
 
 private:
@@ -531,10 +582,13 @@ private:
         [[gnu::always_inline]] vec::Vf operator()(vec::Vf x) const { return x * vec::sigmoid(alpha * x); }
     };
 
-    template <typename Fn> static void parallel_chunks(ThreadPool& pool, int64_t n, const Fn& fn) {
+    template <typename Fn>
+    static void parallel_chunks(ThreadPool& pool, int64_t n, const Fn& fn) {
         constexpr int64_t kGrain = 4096;
-        if (n <= kGrain || pool.size() <= 1) fn(int64_t(0), n);
-        else pool.parallel_for(n, kGrain, fn);
+        if (n <= kGrain || pool.size() <= 1)
+            fn(int64_t(0), n);
+        else
+            pool.parallel_for(n, kGrain, fn);
     }
 
     float alpha_;
@@ -558,7 +612,10 @@ void register_math_kernels(KernelRegistry& registry) {
     add("LpNormalization", 1, make_factory<LpNormalizationKernel>(), floats);
     add("Swish", 24, make_factory<SwishKernel>(), floats, KernelMemory::InPlaceInput0);
     // The scan reads each element before writing it, so it can run in place.
-    registry.add({"", "CumProd", 26, 0,
+    registry.add({"",
+                  "CumProd",
+                  26,
+                  0,
                   {{0,
                     {TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT64, TESS_ELEMENT_INT32, TESS_ELEMENT_INT64,
                      TESS_ELEMENT_UINT32, TESS_ELEMENT_UINT64, TESS_ELEMENT_FLOAT16, TESS_ELEMENT_BFLOAT16}},

@@ -68,7 +68,7 @@ struct ParamLayout {
 struct QuantizeFeatures {
     bool per_axis = false;      // opset 13: the "axis" attribute, 1-D scales
     bool saturate = false;      // opset 19: float8 outputs, the "saturate" attribute
-    bool blocked = false;       // opset 21: "block_size"; QuantizeLinear's "output_dtype"
+    bool blocked = false;       // opset 21: the "block_size" attribute
     bool output_dtype = false;  // QuantizeLinear opset 21, DequantizeLinear opset 23
     bool precision = false;     // QuantizeLinear opset 23
 };
@@ -216,7 +216,7 @@ inline float round_to(Precision p, float v) {
 
 struct QuantizeParams {
     ParamLayout layout;
-    std::vector<float> scales;       // rounded to the precision
+    std::vector<float> scales;        // rounded to the precision
     std::vector<double> zero_points;  // one per scale (zeros when absent)
     Precision precision = Precision::Float;
     int32_t output_type = TESS_ELEMENT_UINT8;
@@ -234,9 +234,8 @@ template <> struct NarrowLanes<int8_t> { using type = int8_t __attribute__((vect
 template <> struct NarrowLanes<uint16_t> { using type = uint16_t __attribute__((vector_size(2 * vec::kLanes))); };
 template <> struct NarrowLanes<int16_t> { using type = int16_t __attribute__((vector_size(2 * vec::kLanes))); };
 
-template <typename Out>
-void quantize_float_run(const float* x, const float* scale, const float* zero_point, bool uniform, int64_t n,
-                        IntegerRange range, Out* y) {
+template <typename Out> void quantize_float_run(const float* x, const float* scale, const float* zero_point,
+                                                bool uniform, int64_t n, IntegerRange range, Out* y) {
     using Narrow = typename NarrowLanes<Out>::type;
     const float low = static_cast<float>(range.low), high = static_cast<float>(range.high);
     vec::run_best_isa([=] {
@@ -358,19 +357,19 @@ public:
         QuantizeParams params;
         params.output_type = zero_point ? zero_point->type : (output_dtype_ ? output_dtype_ : TESS_ELEMENT_UINT8);
         if (zero_point && output_dtype_ && output_dtype_ != zero_point->type) {
-            throw KernelError(op + ": output_dtype " + std::to_string(output_dtype_) +
-                              " differs from the zero point's element type " + std::to_string(zero_point->type));
+            throw KernelError(op + ": output_dtype " + element_type_name(output_dtype_) +
+                              " differs from the zero point's element type " + element_type_name(zero_point->type));
         }
         if (!is_quantized_type(params.output_type)) throw_unsupported_type(op + " y", params.output_type);
         if (per_tensor_only_ && scale.size() != 1) {
-            throw KernelError(op + ": opset 10 takes a scalar scale, got " + shape_string(scale.shape));
+            throw KernelError(op + ": opsets 10-12 take a scalar scale, got " + shape_string(scale.shape));
         }
         params.layout = resolve_param_layout(op, x.shape, scale.shape, axis_, block_size_);
         check_zero_point_shape(op, scale, zero_point, params.layout);
         // Without the precision attribute the scale's type decides; scales that are no float type (int32,
         // float8e8m0 powers of two) divide in float.
-        params.precision = precision_ ? *precision_
-                                      : (is_float_type(scale.type) ? precision_of(op, scale.type) : Precision::Float);
+        params.precision =
+            precision_ ? *precision_ : (is_float_type(scale.type) ? precision_of(op, scale.type) : Precision::Float);
         for (double s : load_all(scale)) params.scales.push_back(round_to(params.precision, static_cast<float>(s)));
         params.zero_points = zero_point ? load_all(*zero_point) : std::vector<double>(params.scales.size(), 0.0);
         params.saturate = saturate_;
@@ -416,11 +415,11 @@ public:
         if (!is_float_type(scale.type) && scale.type != TESS_ELEMENT_FLOAT8E8M0)
             throw_unsupported_type(op + " x_scale", scale.type);
         if (zero_point && zero_point->type != x.type) {
-            throw KernelError(op + ": the zero point's element type " + std::to_string(zero_point->type) +
-                              " differs from x's " + std::to_string(x.type));
+            throw KernelError(op + ": the zero point's element type " + element_type_name(zero_point->type) +
+                              " differs from x's " + element_type_name(x.type));
         }
         if (per_tensor_only_ && scale.size() != 1) {
-            throw KernelError(op + ": opset 10 takes a scalar scale, got " + shape_string(scale.shape));
+            throw KernelError(op + ": opsets 10-12 take a scalar scale, got " + shape_string(scale.shape));
         }
         const ParamLayout layout = resolve_param_layout(op, x.shape, scale.shape, axis_, block_size_);
         check_zero_point_shape(op, scale, zero_point, layout);
@@ -591,8 +590,8 @@ struct ZeroPoints {
         ZeroPoints zp;
         if (zero_point == nullptr) return zp;
         if (zero_point->type != data.type) {
-            throw KernelError(op + ": a zero point's element type " + std::to_string(zero_point->type) +
-                              " differs from its input's " + std::to_string(data.type));
+            throw KernelError(op + ": a zero point's element type " + element_type_name(zero_point->type) +
+                              " differs from its input's " + element_type_name(data.type));
         }
         std::vector<int64_t> wide(static_cast<size_t>(zero_point->size()));
         convert::load_int64s(zero_point->type, zero_point->data, 0, zero_point->size(), wide.data());
@@ -693,8 +692,10 @@ public:
         const MatMulPlan plan = plan_matmul(A.shape, B.shape, op);
         ZeroPoints a_zero = ZeroPoints::load(op, ctx.has_input(2) ? &ctx.input(2) : nullptr, A);
         ZeroPoints b_zero = ZeroPoints::load(op, ctx.has_input(3) ? &ctx.input(3) : nullptr, B);
-        if (ctx.has_input(2)) a_zero.index = matrix_param_index(op, "a_zero_point", ctx.input(2).shape, A.shape, MatrixSide::A);
-        if (ctx.has_input(3)) b_zero.index = matrix_param_index(op, "b_zero_point", ctx.input(3).shape, B.shape, MatrixSide::B);
+        if (ctx.has_input(2))
+            a_zero.index = matrix_param_index(op, "a_zero_point", ctx.input(2).shape, A.shape, MatrixSide::A);
+        if (ctx.has_input(3))
+            b_zero.index = matrix_param_index(op, "b_zero_point", ctx.input(3).shape, B.shape, MatrixSide::B);
         Tensor& Y = ctx.output(0, TESS_ELEMENT_INT32, plan.output_shape);
         integer_matmul(ctx.pool(), plan, A, a_zero, B, b_zero, packed_b_ ? &*packed_b_ : nullptr, Y.ptr<int32_t>());
     }
@@ -719,9 +720,8 @@ template <> struct Lanes8<int8_t> { using type = int8_t __attribute__((vector_si
 // 32 bits; the multiplier is multipliers[i], or multipliers[0] for all when `uniform`.  The product is taken in
 // double as ONNX's reference does; values are limited to just outside the output range before rounding so that the
 // rounding trick (v + 1.5 * 2^52) - 1.5 * 2^52 applies.
-template <typename Out>
-void requantize_run(const int32_t* sums, int32_t bias, const double* multipliers, bool uniform, int64_t n,
-                    const OutputQuantization& q, Out* y) {
+template <typename Out> void requantize_run(const int32_t* sums, int32_t bias, const double* multipliers, bool uniform,
+                                            int64_t n, const OutputQuantization& q, Out* y) {
     using Vd = double __attribute__((vector_size(64)));
     using Vi = int32_t __attribute__((vector_size(32)));
     using Vu = uint32_t __attribute__((vector_size(32)));
@@ -730,7 +730,8 @@ void requantize_run(const int32_t* sums, int32_t bias, const double* multipliers
     vec::run_best_isa([=] {
         constexpr double kMagic = 6755399441055744.0;
         const Vd below = Vd{} + (low - 1.0 - zero), above = Vd{} + (high + 1.0 - zero);
-        const Vd vzero = Vd{} + zero, vlow = Vd{} + low, vhigh = Vd{} + high, uniform_multiplier = Vd{} + multipliers[0];
+        const Vd vzero = Vd{} + zero, vlow = Vd{} + low, vhigh = Vd{} + high,
+                 uniform_multiplier = Vd{} + multipliers[0];
         // Lanes [k, k + 8) of the sums (and multipliers) starting at these pointers.
         auto block = [&](const int32_t* s_ptr, const double* m_ptr, Out* out_ptr) {
             Vi s;
@@ -789,13 +790,18 @@ public:
         const ParamIndex b_scale_index = matrix_param_index(op, "b_scale", b_scale.shape, B.shape, MatrixSide::B);
         ZeroPoints a_zero = ZeroPoints::load(op, ctx.has_input(2) ? &ctx.input(2) : nullptr, A);
         ZeroPoints b_zero = ZeroPoints::load(op, ctx.has_input(5) ? &ctx.input(5) : nullptr, B);
-        if (ctx.has_input(2)) a_zero.index = matrix_param_index(op, "a_zero_point", ctx.input(2).shape, A.shape, MatrixSide::A);
-        if (ctx.has_input(5)) b_zero.index = matrix_param_index(op, "b_zero_point", ctx.input(5).shape, B.shape, MatrixSide::B);
-        if (y_scale.size() != 1) throw KernelError(op + ": y_scale must be a scalar, got " + shape_string(y_scale.shape));
+        if (ctx.has_input(2))
+            a_zero.index = matrix_param_index(op, "a_zero_point", ctx.input(2).shape, A.shape, MatrixSide::A);
+        if (ctx.has_input(5))
+            b_zero.index = matrix_param_index(op, "b_zero_point", ctx.input(5).shape, B.shape, MatrixSide::B);
+        if (y_scale.size() != 1)
+            throw KernelError(op + ": y_scale must be a scalar, got " + shape_string(y_scale.shape));
         OutputQuantization out;
-        out.type = ctx.has_input(7) ? ctx.input(7).type
-                                    : (declared_output_type_ != TESS_ELEMENT_UNDEFINED ? declared_output_type_ : A.type);
-        if (out.type != TESS_ELEMENT_INT8 && out.type != TESS_ELEMENT_UINT8) throw_unsupported_type(op + " y", out.type);
+        out.type = ctx.has_input(7)
+                       ? ctx.input(7).type
+                       : (declared_output_type_ != TESS_ELEMENT_UNDEFINED ? declared_output_type_ : A.type);
+        if (out.type != TESS_ELEMENT_INT8 && out.type != TESS_ELEMENT_UINT8)
+            throw_unsupported_type(op + " y", out.type);
         if (ctx.has_input(7)) {
             if (ctx.input(7).size() != 1) throw KernelError(op + ": y_zero_point must be a scalar");
             out.zero_point = load_all(ctx.input(7))[0];
@@ -818,19 +824,20 @@ public:
         const double uniform_multiplier = multiplier(a_scales[0], b_scales[0]);
         dispatch_8bit(out.type, [&]<typename Out>() {
             Out* y = Y.ptr<Out>();
-            ctx.pool().parallel_for(plan.batch * M, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, N)),
-                                    [&](int64_t first, int64_t last) {
-                std::vector<double> row_multipliers(uniform ? 1 : static_cast<size_t>(N), uniform_multiplier);
-                for (int64_t r = first; r < last; ++r) {
-                    if (!uniform) {
-                        const ProductRows at = product_rows(plan, r / M);
-                        const float as = a_scales[a_scale_index(at.a_row + r % M, 0)];
-                        for (int64_t n = 0; n < N; ++n)
-                            row_multipliers[n] = multiplier(as, b_scales[b_scale_index(at.b_row, n)]);
+            ctx.pool().parallel_for(
+                plan.batch * M, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, N)),
+                [&](int64_t first, int64_t last) {
+                    std::vector<double> row_multipliers(uniform ? 1 : static_cast<size_t>(N), uniform_multiplier);
+                    for (int64_t r = first; r < last; ++r) {
+                        if (!uniform) {
+                            const ProductRows at = product_rows(plan, r / M);
+                            const float as = a_scales[a_scale_index(at.a_row + r % M, 0)];
+                            for (int64_t n = 0; n < N; ++n)
+                                row_multipliers[n] = multiplier(as, b_scales[b_scale_index(at.b_row, n)]);
+                        }
+                        requantize_run(sums.data() + r * N, 0, row_multipliers.data(), uniform, N, out, y + r * N);
                     }
-                    requantize_run(sums.data() + r * N, 0, row_multipliers.data(), uniform, N, out, y + r * N);
-                }
-            });
+                });
         });
     }
 
@@ -849,44 +856,47 @@ void im2col_bytes(ThreadPool& pool, const WindowGeometry& g, const uint8_t* imag
     const size_t rank = g.rank(), last_dim = rank - 1;
     const int64_t taps = g.kernel_size(), positions = g.output_size(), width = g.output[last_dim];
     const int64_t lines = width ? positions / width : 0;  // output positions before the last dimension
-    pool.parallel_for(channels * taps, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, positions)),
-                      [&](int64_t first, int64_t last) {
-        std::vector<int64_t> tap(rank), line(rank);
-        for (int64_t r = first; r < last; ++r) {
-            const uint8_t* plane = image + (r / taps) * g.input_size();
-            for (int64_t t = r % taps, d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
-                tap[d] = t % g.kernel[d];
-                t /= g.kernel[d];
-            }
-            const int64_t start = tap[last_dim] * g.dilations[last_dim] - g.pads_begin[last_dim];
-            const TapRange inside = taps_inside(start, width, g.strides[last_dim], g.input[last_dim]);
-            std::fill(line.begin(), line.end(), 0);
-            for (int64_t l = 0; l < lines; ++l) {
-                uint8_t* out = col + r * positions + l * width;
-                int64_t offset = 0;
-                bool valid = inside.first < inside.last;
-                for (size_t d = 0; d < last_dim; ++d) {
-                    const int64_t coordinate = line[d] * g.strides[d] + tap[d] * g.dilations[d] - g.pads_begin[d];
-                    valid = valid && coordinate >= 0 && coordinate < g.input[d];
-                    offset = offset * g.input[d] + coordinate;
+    pool.parallel_for(
+        channels * taps, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, positions)),
+        [&](int64_t first, int64_t last) {
+            std::vector<int64_t> tap(rank), line(rank);
+            for (int64_t r = first; r < last; ++r) {
+                const uint8_t* plane = image + (r / taps) * g.input_size();
+                for (int64_t t = r % taps, d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
+                    tap[d] = t % g.kernel[d];
+                    t /= g.kernel[d];
                 }
-                if (!valid) {
-                    std::fill(out, out + width, pad);
-                } else {
-                    const uint8_t* src = plane + offset * g.input[last_dim] + start;
-                    std::fill(out, out + inside.first, pad);
-                    const int64_t step = g.strides[last_dim];
-                    if (step == 1) {
-                        std::memcpy(out + inside.first, src + inside.first, static_cast<size_t>(inside.last - inside.first));
-                    } else {
-                        for (int64_t i = inside.first; i < inside.last; ++i) out[i] = src[i * step];
+                const int64_t start = tap[last_dim] * g.dilations[last_dim] - g.pads_begin[last_dim];
+                const TapRange inside = taps_inside(start, width, g.strides[last_dim], g.input[last_dim]);
+                std::fill(line.begin(), line.end(), 0);
+                for (int64_t l = 0; l < lines; ++l) {
+                    uint8_t* out = col + r * positions + l * width;
+                    int64_t offset = 0;
+                    bool valid = inside.first < inside.last;
+                    for (size_t d = 0; d < last_dim; ++d) {
+                        const int64_t coordinate = line[d] * g.strides[d] + tap[d] * g.dilations[d] - g.pads_begin[d];
+                        valid = valid && coordinate >= 0 && coordinate < g.input[d];
+                        offset = offset * g.input[d] + coordinate;
                     }
-                    std::fill(out + inside.last, out + width, pad);
+                    if (!valid) {
+                        std::fill(out, out + width, pad);
+                    } else {
+                        const uint8_t* src = plane + offset * g.input[last_dim] + start;
+                        std::fill(out, out + inside.first, pad);
+                        const int64_t step = g.strides[last_dim];
+                        if (step == 1) {
+                            std::memcpy(out + inside.first, src + inside.first,
+                                        static_cast<size_t>(inside.last - inside.first));
+                        } else {
+                            for (int64_t i = inside.first; i < inside.last; ++i) out[i] = src[i * step];
+                        }
+                        std::fill(out + inside.last, out + width, pad);
+                    }
+                    for (int64_t d = static_cast<int64_t>(last_dim) - 1; d >= 0 && ++line[d] == g.output[d]; --d)
+                        line[d] = 0;
                 }
-                for (int64_t d = static_cast<int64_t>(last_dim) - 1; d >= 0 && ++line[d] == g.output[d]; --d) line[d] = 0;
             }
-        }
-    });
+        });
 }
 
 // The convolution of 8-bit operands: sums[n, m, position] = sum over the window of (x - x_zero_point) *
@@ -934,11 +944,13 @@ public:
         for (const Tensor* s : {&x_scale, &w_scale, &y_scale}) {
             if (s->type != TESS_ELEMENT_FLOAT32) throw_unsupported_type(op_ + " scale", s->type);
         }
-        if (x_scale.size() != 1 || y_scale.size() != 1) throw KernelError(op_ + ": x_scale and y_scale must be scalars");
+        if (x_scale.size() != 1 || y_scale.size() != 1)
+            throw KernelError(op_ + ": x_scale and y_scale must be scalars");
         const ParamIndex w_scale_index = per_channel_index(w_scale, M, "w_scale");
         OutputQuantization out;
         out.type = ctx.has_input(7) ? ctx.input(7).type : X.type;
-        if (out.type != TESS_ELEMENT_INT8 && out.type != TESS_ELEMENT_UINT8) throw_unsupported_type(op_ + " y", out.type);
+        if (out.type != TESS_ELEMENT_INT8 && out.type != TESS_ELEMENT_UINT8)
+            throw_unsupported_type(op_ + " y", out.type);
         if (ctx.has_input(7)) {
             if (ctx.input(7).size() != 1) throw KernelError(op_ + ": y_zero_point must be a scalar");
             out.zero_point = load_all(ctx.input(7))[0];
@@ -968,8 +980,8 @@ public:
             ctx.pool().parallel_for(X.shape[0] * M, grain, [&](int64_t first, int64_t last) {
                 for (int64_t row = first; row < last; ++row) {
                     const int64_t m = row % M;
-                    requantize_run(sums.data() + row * positions, bias ? bias[m] : 0, &multipliers[m], true,
-                                   positions, out, y + row * positions);
+                    requantize_run(sums.data() + row * positions, bias ? bias[m] : 0, &multipliers[m], true, positions,
+                                   out, y + row * positions);
                 }
             });
         });
@@ -979,7 +991,8 @@ private:
     WindowGeometry geometry(const Tensor& X, const Tensor& W) const {
         if (X.rank() < 3) throw KernelError(op_ + ": x " + shape_string(X.shape) + " must be [N, C, D1, ...]");
         if (W.rank() != X.rank()) {
-            throw KernelError(op_ + ": w " + shape_string(W.shape) + " must have the rank of x " + shape_string(X.shape));
+            throw KernelError(op_ + ": w " + shape_string(W.shape) + " must have the rank of x " +
+                              shape_string(X.shape));
         }
         if (X.shape[1] != W.shape[1] * group_ || W.shape[0] % group_ != 0) {
             throw KernelError(op_ + ": x " + shape_string(X.shape) + " and w " + shape_string(W.shape) +
@@ -1052,10 +1065,12 @@ void add_quantize_linear(KernelRegistry& registry) {
         {10, 12, {}, {}},
         {13, 18, {.per_axis = true}, {.per_axis = true}},
         {19, 20, {.per_axis = true, .saturate = true}, {.per_axis = true}},
-        {21, 22,
+        {21,
+         22,
          {.per_axis = true, .saturate = true, .blocked = true, .output_dtype = true},
          {.per_axis = true, .blocked = true}},
-        {23, 0,
+        {23,
+         0,
          {.per_axis = true, .saturate = true, .blocked = true, .output_dtype = true, .precision = true},
          {.per_axis = true, .blocked = true, .output_dtype = true}},
     };

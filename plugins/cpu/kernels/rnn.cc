@@ -1,14 +1,16 @@
 // CPU provider: the recurrent layers RNN, GRU and LSTM, opsets 7-13 and 14+ (14 adds the `layout` attribute;
 // later versions only add element types).
 //
-// One driver runs all three cells.  The input projections of every time step and both directions are a single
-// GEMM, X[steps * batch, input] x W^T -> [steps * batch, directions * gates * hidden] (W holds the directions back
-// to back), done once up front.  Each step then computes the recurrent product H_prev x R^T for the whole batch
-// (a second GEMM) and applies the cell's gate equations row by row.  Batch rows past their sequence length stop
-// updating and emit zeros.  float16/bfloat16 run in float.
+// One driver runs all three cells, one direction after the other (or side by side, one thread each).  The input
+// projections X_t x W^T of many steps are one GEMM (blocks of steps sized to stay in cache); each step then
+// computes the recurrent product H_t-1 x R^T for the whole batch and applies the cell's gate equations row by
+// row.  For float, R is laid out once (at session creation when it is a constant) in column panels that a
+// register-blocked kernel multiplies without any per-step packing; BLAS does the other products.  Batch rows
+// past their sequence length stop updating and emit zeros.  float16/bfloat16 run in float.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>  // EXPERIMENT
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -106,20 +108,28 @@ template <typename T> T softplus(T x) {
     return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
 }
 
+// Vector forms for vec::map, always inlined: 16-lane values must not cross a real call.
+struct VectorSigmoid {
+    [[gnu::always_inline]] vec::Vf operator()(vec::Vf v) const { return vec::sigmoid(v); }
+};
+struct VectorTanh {
+    [[gnu::always_inline]] vec::Vf operator()(vec::Vf v) const { return vec::tanh(v); }
+};
+
 // x[k] = f(x[k]) for k < n.  Sigmoid and tanh, the common gates, are vectorized for float.
 template <typename T> void activate(const Activation& f, T* x, int64_t n) {
     const T alpha = T(f.alpha), beta = T(f.beta);
     switch (f.kind) {
         case ActivationKind::Sigmoid:
             if constexpr (std::is_same_v<T, float>) {
-                vec::run_best_isa([&] { vec::map(x, x, n, [](vec::Vf v) { return vec::sigmoid(v); }); });
+                vec::run_best_isa([&] { vec::map(x, x, n, VectorSigmoid{}); });
             } else {
                 for (int64_t k = 0; k < n; ++k) x[k] = T(1) / (T(1) + std::exp(-x[k]));
             }
             return;
         case ActivationKind::Tanh:
             if constexpr (std::is_same_v<T, float>) {
-                vec::run_best_isa([&] { vec::map(x, x, n, [](vec::Vf v) { return vec::tanh(v); }); });
+                vec::run_best_isa([&] { vec::map(x, x, n, VectorTanh{}); });
             } else {
                 for (int64_t k = 0; k < n; ++k) x[k] = std::tanh(x[k]);
             }
@@ -188,12 +198,30 @@ template <typename T> struct Buffers {
     T* y_c = nullptr;
 };
 
+// Buffers from input(index) -> const T* and output(index) -> T* lookups.
+template <typename T, typename Inputs, typename Outputs>
+Buffers<T> make_buffers(const Inputs& input, const Outputs& output) {
+    Buffers<T> b;
+    b.x = input(kX);
+    b.w = input(kW);
+    b.r = input(kR);
+    b.b = input(kB);
+    b.initial_h = input(kInitialH);
+    b.initial_c = input(kInitialC);
+    b.peepholes = input(kPeepholes);
+    b.y = output(0);
+    b.y_h = output(1);
+    b.y_c = output(2);
+    return b;
+}
+
 int64_t max_steps(const std::vector<int64_t>& lengths) {
     return lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
 }
 
-// Rows of R transposed into the column-panel layout packed_gemm reads as its right-hand operand (util/gemm.h):
-// column j of R'^T (row j of R') holds its `depth` weights in panel j / w, w = packed_gemm_panel_width().
+// Rows of R transposed into column panels (the right-hand operand layout of util/gemm.h's packed products):
+// column j of R'^T (row j of R') holds its `depth` weights in panel j / w, w = packed_gemm_panel_width(), which is
+// 32 on AVX-512 and 16 on AVX2 machines and so also selects the few_rows kernel variant.
 class RecurrentPanels {
 public:
     // r: [columns, depth] row-major (columns = the rows of R taken).
@@ -216,32 +244,159 @@ private:
     std::vector<float> data_;
 };
 
+// acc[r] += state[r * stride] * panel row b (32 columns).
+template <int kRows>
+[[gnu::always_inline]] __attribute__((target("avx512f"))) inline void few_rows_step_avx512(__m512 (&acc)[kRows][2],
+                                                                                          const float* b,
+                                                                                          const float* state,
+                                                                                          int64_t stride) {
+    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+    for (int r = 0; r < kRows; ++r) {
+        const __m512 a = _mm512_set1_ps(state[r * stride]);
+        acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
+    }
+}
+
+// Products of a few state rows with one panel of R'^T, out[r, j] = sum_k state[r, k] * R'[j, k] for r < kRows: the
+// panel is read once for all the rows, the accumulators stay in registers.  One variant per panel width of
+// util/gemm.h: 32 columns (AVX-512, up to 8 rows: 16 accumulators) and 16 (AVX2, up to 4 rows: 8 of the 16
+// registers).  The state is read in place, so a step's product needs no packing and no allocation.
+template <int kRows>
+__attribute__((target("avx512f"))) void few_rows_avx512(const float* panel, int64_t depth, const float* state,
+                                                         int64_t state_stride, float* out, int64_t ldo, int64_t cols) {
+    // Few rows leave too few independent sums to hide the FMA latency: split k over several chains.
+    constexpr int kChains = kRows == 1 ? 4 : kRows == 2 ? 2 : 1;
+    __m512 acc[kChains][kRows][2];
+    for (auto& chain : acc) {
+        for (auto& row : chain) row[0] = row[1] = _mm512_setzero_ps();
+    }
+    int64_t k = 0;
+    for (; k + kChains <= depth; k += kChains) {
+#pragma GCC unroll 4
+        for (int chain = 0; chain < kChains; ++chain) {
+            few_rows_step_avx512<kRows>(acc[chain], panel + (k + chain) * 32, state + k + chain, state_stride);
+        }
+    }
+    for (; k < depth; ++k) few_rows_step_avx512<kRows>(acc[0], panel + k * 32, state + k, state_stride);
+    const __mmask16 mask0 = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
+    const __mmask16 mask1 = cols >= 32 ? __mmask16(0xFFFF) : cols > 16 ? __mmask16((1u << (cols - 16)) - 1) : 0;
+    for (int r = 0; r < kRows; ++r) {
+        for (int chain = 1; chain < kChains; ++chain) {
+            acc[0][r][0] = _mm512_add_ps(acc[0][r][0], acc[chain][r][0]);
+            acc[0][r][1] = _mm512_add_ps(acc[0][r][1], acc[chain][r][1]);
+        }
+        _mm512_mask_storeu_ps(out + r * ldo, mask0, acc[0][r][0]);
+        _mm512_mask_storeu_ps(out + r * ldo + 16, mask1, acc[0][r][1]);
+    }
+}
+
+// acc[r] += state[r * stride] * panel row b (16 columns).
+template <int kRows>
+[[gnu::always_inline]] __attribute__((target("avx2,fma"))) inline void few_rows_step_avx2(__m256 (&acc)[kRows][2],
+                                                                                         const float* b,
+                                                                                         const float* state,
+                                                                                         int64_t stride) {
+    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    for (int r = 0; r < kRows; ++r) {
+        const __m256 a = _mm256_broadcast_ss(state + r * stride);
+        acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+    }
+}
+
+template <int kRows>
+__attribute__((target("avx2,fma"))) void few_rows_avx2(const float* panel, int64_t depth, const float* state,
+                                                        int64_t state_stride, float* out, int64_t ldo, int64_t cols) {
+    constexpr int kChains = kRows == 1 ? 4 : kRows == 2 ? 2 : 1;
+    __m256 acc[kChains][kRows][2];
+    for (auto& chain : acc) {
+        for (auto& row : chain) row[0] = row[1] = _mm256_setzero_ps();
+    }
+    int64_t k = 0;
+    for (; k + kChains <= depth; k += kChains) {
+#pragma GCC unroll 4
+        for (int chain = 0; chain < kChains; ++chain) {
+            few_rows_step_avx2<kRows>(acc[chain], panel + (k + chain) * 16, state + k + chain, state_stride);
+        }
+    }
+    for (; k < depth; ++k) few_rows_step_avx2<kRows>(acc[0], panel + k * 16, state + k, state_stride);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i mask0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(cols)), lane);
+    const __m256i mask1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(cols) - 8), lane);
+    for (int r = 0; r < kRows; ++r) {
+        for (int chain = 1; chain < kChains; ++chain) {
+            acc[0][r][0] = _mm256_add_ps(acc[0][r][0], acc[chain][r][0]);
+            acc[0][r][1] = _mm256_add_ps(acc[0][r][1], acc[chain][r][1]);
+        }
+        _mm256_maskstore_ps(out + r * ldo, mask0, acc[0][r][0]);
+        _mm256_maskstore_ps(out + r * ldo + 8, mask1, acc[0][r][1]);
+    }
+}
+
+// The most state rows one few_rows call takes for panels of this width.
+int64_t few_rows_limit(int64_t panel_width) { return panel_width == 32 ? 8 : 4; }
+
+// Rows [0, rows) (rows <= few_rows_limit) of the state times panel p, written to out's columns of that panel.
+void few_rows_product(const RecurrentPanels& panels, int64_t p, const float* state, int64_t rows, int64_t depth,
+                      float* out, int64_t ldo) {
+    using RowsKernel = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t);
+    static constexpr RowsKernel kAvx512[] = {few_rows_avx512<1>, few_rows_avx512<2>, few_rows_avx512<3>,
+                                             few_rows_avx512<4>, few_rows_avx512<5>, few_rows_avx512<6>,
+                                             few_rows_avx512<7>, few_rows_avx512<8>};
+    static constexpr RowsKernel kAvx2[] = {few_rows_avx2<1>, few_rows_avx2<2>, few_rows_avx2<3>, few_rows_avx2<4>};
+    const int64_t j0 = p * panels.width();
+    const RowsKernel kernel = (panels.width() == 32 ? kAvx512 : kAvx2)[rows - 1];
+    kernel(panels.panel(p), depth, state, depth, out + j0, ldo, std::min(panels.width(), panels.columns() - j0));
+}
+
+// Where a direction's work runs: across the pool, or (pool == nullptr) entirely on the calling thread, for
+// directions that run side by side inside a parallel region.
+struct Execution {
+    ThreadPool* pool = nullptr;
+
+    // fn(begin, end) over [0, n) in chunks of at least `grain`.
+    template <typename Fn> void for_range(int64_t n, int64_t grain, const Fn& fn) const {
+        if (pool) pool->parallel_for(n, grain, fn);
+        else if (n > 0) fn(0, n);
+    }
+
+    // Row-major C[M, N] = A[M, K] x B[N, K]^T.  The dimensions were checked with check_gemm_dimensions.
+    template <typename T>
+    void gemm_abt(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C,
+                  int64_t ldc) const {
+        if (pool) gemm<T>(*pool, false, true, M, N, K, T(1), A, lda, B, ldb, T(0), C, ldc);
+        else gemm_serial<T>(false, true, M, N, K, T(1), A, lda, B, ldb, T(0), C, ldc);
+    }
+};
+
 // The recurrent product of one step, out[n, 0:columns) (row stride ldo) = state[n, :] x R'^T for every batch row
-// n, where R' is `columns` rows of R.  With panelized weights (float) it is a packed-panel product that never
-// repacks R: the small state is packed as the left operand and each task multiplies it by its column panels of
-// R'^T, which stay in cache across the batch.  Otherwise a BLAS product (which repacks R at every call, but
-// streams it without packing when the batch is a single row).
+// n, where R' is `columns` rows of R.  With panelized weights (float) nothing is packed per step: each task takes
+// column panels of R'^T and runs the whole batch through each (few_rows_product), so the panel stays in cache.
+// Otherwise a BLAS product, which repacks R at every call.
 template <typename T>
-void recurrent_product(ThreadPool& pool, const RecurrentPanels* panels, const T* state, const T* r, int64_t batch,
-                       int64_t hidden, int64_t columns, T* out, int64_t ldo) {
+void recurrent_product(const Execution& exec, const RecurrentPanels* panels, const T* state, const T* r,
+                       int64_t batch, int64_t hidden, int64_t columns, T* out, int64_t ldo) {
     if constexpr (std::is_same_v<T, float>) {
         if (panels) {
-            const PackedFilters packed_state(state, batch, hidden, hidden);
-            const int64_t panel_work = batch * hidden * panels->width();
-            constexpr int64_t kProductGrain = int64_t{1} << 17;  // multiply-adds per parallel task
-            pool.parallel_for(panels->panels(), std::max<int64_t>(1, kProductGrain / std::max<int64_t>(1, panel_work)),
-                              [&](int64_t begin, int64_t end) {
-                                  for (int64_t p = begin; p < end; ++p) {
-                                      const int64_t j0 = p * panels->width();
-                                      packed_gemm(packed_state, 0, packed_state.panels(), panels->panel(p),
-                                                  std::min(panels->width(), panels->columns() - j0), nullptr,
-                                                  out + j0, ldo);
-                                  }
-                              });
+            const int64_t rows_per_call = few_rows_limit(panels->width());
+            // Tasks of at least ~1M multiply-adds: waking a worker costs more than smaller ones save.
+            constexpr int64_t kProductGrain = int64_t{1} << 20;
+            const int64_t panel_work = std::max<int64_t>(1, batch * hidden * panels->width());
+            exec.for_range(panels->panels(), std::max<int64_t>(1, kProductGrain / panel_work),
+                           [&](int64_t begin, int64_t end) {
+                               for (int64_t p = begin; p < end; ++p) {
+                                   for (int64_t r0 = 0; r0 < batch; r0 += rows_per_call) {
+                                       few_rows_product(*panels, p, state + r0 * hidden,
+                                                        std::min(rows_per_call, batch - r0), hidden,
+                                                        out + r0 * ldo, ldo);
+                                   }
+                               }
+                           });
             return;
         }
     }
-    gemm<T>(pool, false, true, batch, columns, hidden, T(1), state, hidden, r, hidden, T(0), out, ldo);
+    exec.gemm_abt<T>(batch, columns, hidden, state, hidden, r, hidden, out, ldo);
 }
 
 class RecurrentKernel final : public Kernel {
@@ -274,9 +429,10 @@ public:
         std::vector<std::string> names = info.has_attr("activations") ? info.attr_strings("activations")
                                                                         : std::vector<std::string>{};
         if (names.empty()) {
-            const std::vector<std::string> defaults = cell == Cell::Rnn   ? std::vector<std::string>{"Tanh"}
-                                                      : cell == Cell::Gru ? std::vector<std::string>{"Sigmoid", "Tanh"}
-                                                                          : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
+            const std::vector<std::string> defaults =
+                cell == Cell::Rnn   ? std::vector<std::string>{"Tanh"}
+                : cell == Cell::Gru ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                    : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
             for (int d = 0; d < directions_; ++d) names.insert(names.end(), defaults.begin(), defaults.end());
         }
         pack_constant_recurrence(info);
@@ -306,53 +462,33 @@ public:
         for (size_t i = 0; i < (cell_ == Cell::Lstm ? 3u : 2u); ++i) {
             if (wanted(i)) outputs[i] = &ctx.output(i, type, i == 0 ? y_shape : state_shape);
         }
-        auto input = [&](size_t i) -> const Tensor* { return ctx.has_input(i) ? &ctx.input(i) : nullptr; };
-        const size_t float_inputs[] = {kX, kW, kR, kB, kInitialH, kInitialC, kPeepholes};
+        // initial_c and P exist for LSTM only.
+        auto input = [&](size_t i) -> const Tensor* {
+            return ctx.has_input(i) && (i <= kInitialH || cell_ == Cell::Lstm) ? &ctx.input(i) : nullptr;
+        };
 
         if (is_16bit_float(type)) {
             std::optional<WidenedTensor> widened[kPeepholes + 1];
-            for (size_t i : float_inputs) {
-                if (const Tensor* t = input(i); t && (i <= kInitialH || cell_ == Cell::Lstm)) widened[i].emplace(*t);
+            for (size_t i : {kX, kW, kR, kB, kInitialH, kInitialC, kPeepholes}) {
+                if (const Tensor* t = input(i)) widened[i].emplace(*t);
             }
             std::optional<NarrowedOutput> narrowed[3];
             for (size_t i = 0; i < 3; ++i) {
                 if (outputs[i]) narrowed[i].emplace(*outputs[i]);
             }
-            Buffers<float> buffers;
-            auto data = [&](size_t i) { return widened[i] ? widened[i]->tensor().ptr<float>() : nullptr; };
-            buffers.x = data(kX);
-            buffers.w = data(kW);
-            buffers.r = data(kR);
-            buffers.b = data(kB);
-            buffers.initial_h = data(kInitialH);
-            buffers.initial_c = data(kInitialC);
-            buffers.peepholes = data(kPeepholes);
-            buffers.y = narrowed[0] ? narrowed[0]->tensor().ptr<float>() : nullptr;
-            buffers.y_h = narrowed[1] ? narrowed[1]->tensor().ptr<float>() : nullptr;
-            buffers.y_c = narrowed[2] ? narrowed[2]->tensor().ptr<float>() : nullptr;
-            run<float>(ctx.pool(), dims, lengths, buffers);
+            run<float>(ctx.pool(), dims, lengths,
+                       make_buffers<float>(
+                           [&](size_t i) { return widened[i] ? widened[i]->tensor().ptr<float>() : nullptr; },
+                           [&](size_t i) { return narrowed[i] ? narrowed[i]->tensor().ptr<float>() : nullptr; }));
             for (auto& n : narrowed) {
                 if (n) n->finish();
             }
             return;
         }
         dispatch_list(FloatTypes{}, type, [&]<typename T>() {
-            Buffers<T> buffers;
-            auto data = [&](size_t i) -> const T* {
-                const Tensor* t = input(i);
-                return t && (i <= kInitialH || cell_ == Cell::Lstm) ? t->ptr<T>() : nullptr;
-            };
-            buffers.x = data(kX);
-            buffers.w = data(kW);
-            buffers.r = data(kR);
-            buffers.b = data(kB);
-            buffers.initial_h = data(kInitialH);
-            buffers.initial_c = data(kInitialC);
-            buffers.peepholes = data(kPeepholes);
-            buffers.y = outputs[0] ? outputs[0]->ptr<T>() : nullptr;
-            buffers.y_h = outputs[1] ? outputs[1]->ptr<T>() : nullptr;
-            buffers.y_c = outputs[2] ? outputs[2]->ptr<T>() : nullptr;
-            run<T>(ctx.pool(), dims, lengths, buffers);
+            run<T>(ctx.pool(), dims, lengths,
+                   make_buffers<T>([&](size_t i) { return input(i) ? input(i)->template ptr<T>() : nullptr; },
+                                   [&](size_t i) { return outputs[i] ? outputs[i]->template ptr<T>() : nullptr; }));
         });
     }
 
@@ -393,7 +529,8 @@ private:
                      shape_string(t.shape));
             }
         };
-        const Shape state = batch_major_ ? Shape{d.batch, d.directions, d.hidden} : Shape{d.directions, d.batch, d.hidden};
+        const Shape state =
+            batch_major_ ? Shape{d.batch, d.directions, d.hidden} : Shape{d.directions, d.batch, d.hidden};
         check(kB, "B", {d.directions, 2 * gh});
         check(kInitialH, "initial_h", state);
         if (cell_ == Cell::Lstm) {
@@ -424,110 +561,164 @@ private:
     template <typename T>
     void run(ThreadPool& pool, const Dims& dims, const std::vector<int64_t>& lengths, const Buffers<T>& io) const {
         const int64_t steps = dims.steps, batch = dims.batch, hidden = dims.hidden, gh = dims.gate_width();
-        const int64_t all_gates = dims.directions * gh;
+        const int64_t max_length = max_steps(lengths);
 
-        // Input projections of every step, both directions: row (t, n) of X times W^T.
-        // Left uninitialized: the product overwrites it (and it can be large).
-        const std::unique_ptr<T[]> projections(new T[static_cast<size_t>(steps * batch * all_gates)]);
-        gemm<T>(pool, false, true, steps * batch, all_gates, dims.input, T(1), io.x, dims.input, io.w, dims.input, T(0),
-                projections.get(), all_gates);
-
-        // Packed recurrent weights: the constant ones, or packed now when several steps share them.
-        const std::vector<RecurrentPanels>* packed = nullptr;
-        std::vector<RecurrentPanels> packed_now;
+        // Panelized recurrent weights: the constant ones, or panelized now when several steps share them.
+        const std::vector<RecurrentPanels>* panels = nullptr;
+        std::vector<RecurrentPanels> panels_now;
         if constexpr (std::is_same_v<T, float>) {
-            static const int64_t min_batch = std::getenv("RNN_MIN") ? std::atoll(std::getenv("RNN_MIN")) : kPackedMinBatch;  // EXPERIMENT
-            if (packed_gemm_supported() && batch >= min_batch) {
+            if (packed_gemm_supported()) {
                 if (!packed_recurrence_.empty()) {
-                    packed = &packed_recurrence_;
-                } else if (max_steps(lengths) > 1) {
-                    packed_now = pack_recurrence(io.r, dims.directions, hidden);
-                    packed = &packed_now;
+                    panels = &packed_recurrence_;
+                } else if (max_length > 1) {
+                    panels_now = pack_recurrence(io.r, dims.directions, hidden);
+                    panels = &panels_now;
                 }
             }
         }
-        auto product = [&](size_t panel_index, const T* state, const T* r_rows, int64_t columns, T* out) {
-            recurrent_product<T>(pool, packed ? &(*packed)[panel_index] : nullptr, state, r_rows, batch, hidden,
-                                 columns, out, gh);
-        };
-
         if (io.y && lengths != std::vector<int64_t>(lengths.size(), steps)) {
             // Steps past a row's length emit zeros.
             std::fill_n(io.y, steps * dims.directions * batch * hidden, T(0));
         }
+
+        // The input projections are computed for blocks of steps at a time (one GEMM per block, with the X rows
+        // the block's steps read gathered first), so that they are still in cache when their steps use them.
+        const int64_t block_rows = std::max<int64_t>(kProjectionRows, kProjectionBytes / int64_t(sizeof(T) * gh));
+        const int64_t block_steps = std::clamp<int64_t>(block_rows / std::max<int64_t>(1, batch), 1,
+                                                        std::max<int64_t>(1, max_length));
+        check_gemm_dimensions(block_steps * batch, gh, dims.input);
+        check_gemm_dimensions(batch, gh, hidden);
+        std::vector<DirectionState<T>> states;
+        for (int64_t d = 0; d < dims.directions; ++d) states.emplace_back(dims, block_steps);
+
+        // Two directions run side by side, one thread each, with no synchronization per step, when that uses
+        // the whole pool or when the steps are too small to gain from splitting (waking workers costs more).
+        const bool side_by_side = dims.directions == 2 && pool.size() > 1 &&
+                                  (pool.size() == 2 || batch * gh * hidden < kSplitStepWork);
+        if (side_by_side) {
+            pool.parallel_for(2, 1, [&](int64_t begin, int64_t end) {
+                for (int64_t d = begin; d < end; ++d) {
+                    run_direction(Execution{nullptr}, dims, lengths, io, panels, d, block_steps, states[size_t(d)]);
+                }
+            });
+        } else {
+            for (int64_t d = 0; d < dims.directions; ++d) {
+                run_direction(Execution{&pool}, dims, lengths, io, panels, d, block_steps, states[size_t(d)]);
+            }
+        }
+    }
+
+    // One direction's working memory, allocated before any parallel region.
+    template <typename T> struct DirectionState {
+        DirectionState(const Dims& dims, int64_t block_steps)
+            : block_x(new T[static_cast<size_t>(block_steps * dims.batch * dims.input)]),
+              projections(new T[static_cast<size_t>(block_steps * dims.batch * dims.gate_width())]),
+              h(static_cast<size_t>(dims.batch * dims.hidden)),
+              c(static_cast<size_t>(dims.batch * dims.hidden)),
+              gates(static_cast<size_t>(dims.batch * dims.gate_width())),
+              reset_hidden(static_cast<size_t>(dims.batch * dims.hidden)),
+              bias(static_cast<size_t>(dims.gate_width())),
+              candidate_recurrent_bias(static_cast<size_t>(dims.hidden)) {}
+
+        std::unique_ptr<T[]> block_x;      // the X rows of a block of steps (uninitialized: written before use)
+        std::unique_ptr<T[]> projections;  // their input projections
+        std::vector<T> h, c;
+        std::vector<T> gates;                     // per row: recurrent products, then gate values
+        std::vector<T> reset_hidden;              // GRU: r (.) H_prev
+        std::vector<T> bias;                      // see prepare_bias
+        std::vector<T> candidate_recurrent_bias;  // GRU linear_before_reset: Rbh
+    };
+
+    // Runs every step of direction d.  Never throws (it may run inside a parallel region).
+    template <typename T>
+    void run_direction(const Execution& exec, const Dims& dims, const std::vector<int64_t>& lengths,
+                       const Buffers<T>& io, const std::vector<RecurrentPanels>* panels, int64_t d,
+                       int64_t block_steps, DirectionState<T>& st) const {
+        const int64_t steps = dims.steps, batch = dims.batch, input = dims.input, hidden = dims.hidden;
+        const int64_t gh = dims.gate_width();
         const int64_t max_length = max_steps(lengths);
+        const bool reverse = reverse_only_ || d == 1;
+        const T* w = io.w + d * gh * input;
+        const T* r = io.r + d * gh * hidden;
+        const T* peepholes = io.peepholes ? io.peepholes + d * 3 * hidden : nullptr;
+        const Activation* f = activations_.data() + size_t(d) * activations_per_direction(cell_);
+        prepare_bias(io.b ? io.b + d * 2 * gh : nullptr, hidden, st.bias, st.candidate_recurrent_bias);
+        load_state(io.initial_h, d, dims, st.h);
+        load_state(io.initial_c, d, dims, st.c);
+        auto product = [&](size_t panel_index, const T* state, const T* r_rows, int64_t columns, T* out) {
+            recurrent_product<T>(exec, panels ? &(*panels)[panel_index] : nullptr, state, r_rows, batch, hidden,
+                                 columns, out, gh);
+        };
+        // Row n runs step s at time t = s (forward) or length - 1 - s (reverse) while s < its length.
+        auto time_of = [&](int64_t n, int64_t s) { return reverse ? lengths[size_t(n)] - 1 - s : s; };
+        const int64_t grain = std::max<int64_t>(1, kGrainElements / gh);
+        T* h = st.h.data();
+        T* gates = st.gates.data();
 
-        std::vector<T> h(static_cast<size_t>(batch * hidden)), c(static_cast<size_t>(batch * hidden));
-        std::vector<T> gates(static_cast<size_t>(batch * gh));       // per row: recurrent products, then gate values
-        std::vector<T> reset_hidden(static_cast<size_t>(batch * hidden));  // GRU: r (.) H_prev
-        std::vector<T> bias(static_cast<size_t>(gh));
-        std::vector<T> candidate_recurrent_bias(static_cast<size_t>(hidden));  // GRU linear_before_reset: Rbh
+        for (int64_t block = 0; block < max_length; block += block_steps) {
+            const int64_t block_end = std::min(max_length, block + block_steps);
+            for (int64_t s = block; s < block_end; ++s) {
+                for (int64_t n = 0; n < batch; ++n) {
+                    T* dst = st.block_x.get() + ((s - block) * batch + n) * input;
+                    if (s >= lengths[size_t(n)]) {
+                        std::fill_n(dst, input, T(0));  // a finished row: its product goes unused
+                        continue;
+                    }
+                    const int64_t t = time_of(n, s);
+                    std::copy_n(io.x + (batch_major_ ? n * steps + t : t * batch + n) * input, input, dst);
+                }
+            }
+            exec.gemm_abt<T>((block_end - block) * batch, gh, input, st.block_x.get(), input, w, input,
+                             st.projections.get(), gh);
 
-        for (int64_t d = 0; d < dims.directions; ++d) {
-            const bool reverse = reverse_only_ || d == 1;
-            const T* r = io.r + d * gh * hidden;
-            const T* peepholes = io.peepholes ? io.peepholes + d * 3 * hidden : nullptr;
-            const Activation* f = activations_.data() + size_t(d) * activations_per_direction(cell_);
-            prepare_bias(io.b ? io.b + d * 2 * gh : nullptr, hidden, bias, candidate_recurrent_bias);
-            load_state(io.initial_h, d, dims, h);
-            load_state(io.initial_c, d, dims, c);
-
-            for (int64_t s = 0; s < max_length; ++s) {
-                // Row n runs step s at time t = s (forward) or length - 1 - s (reverse) while s < its length.
-                auto time_of = [&](int64_t n) { return reverse ? lengths[size_t(n)] - 1 - s : s; };
-                auto projection_row = [&](int64_t n) {
-                    const int64_t t = time_of(n);
-                    const int64_t row = batch_major_ ? n * steps + t : t * batch + n;
-                    return projections.get() + row * all_gates + d * gh;
-                };
+            for (int64_t s = block; s < block_end; ++s) {
+                auto projection_row = [&](int64_t n) { return st.projections.get() + ((s - block) * batch + n) * gh; };
                 auto output_row = [&](int64_t n) -> T* {
                     if (!io.y) return nullptr;
-                    const int64_t t = time_of(n);
+                    const int64_t t = time_of(n, s);
                     const int64_t row = batch_major_ ? (n * steps + t) * dims.directions + d
                                                      : (t * dims.directions + d) * batch + n;
                     return io.y + row * hidden;
                 };
-                const int64_t grain = std::max<int64_t>(1, kGrainElements / gh);
-
                 if (cell_ == Cell::Gru && !linear_before_reset_) {
                     // r gates the previous state before its product with Rh: two products per step.
-                    product(size_t(2 * d), h.data(), r, 2 * hidden, gates.data());
-                    pool.parallel_for(batch, grain, [&](int64_t begin, int64_t end) {
+                    product(size_t(2 * d), h, r, 2 * hidden, gates);
+                    exec.for_range(batch, grain, [&](int64_t begin, int64_t end) {
                         for (int64_t n = begin; n < end; ++n) {
                             if (s >= lengths[size_t(n)]) continue;
-                            gru_update_and_reset_gates(projection_row(n), gates.data() + n * gh, bias.data(),
-                                                       h.data() + n * hidden, reset_hidden.data() + n * hidden,
-                                                       hidden, f[0]);
+                            gru_update_and_reset_gates(projection_row(n), gates + n * gh, st.bias.data(),
+                                                       h + n * hidden, st.reset_hidden.data() + n * hidden, hidden,
+                                                       f[0]);
                         }
                     });
-                    product(size_t(2 * d + 1), reset_hidden.data(), r + 2 * hidden * hidden, hidden,
-                            gates.data() + 2 * hidden);
+                    product(size_t(2 * d + 1), st.reset_hidden.data(), r + 2 * hidden * hidden, hidden,
+                            gates + 2 * hidden);
                 } else {
-                    product(size_t(d), h.data(), r, gh, gates.data());
+                    product(size_t(d), h, r, gh, gates);
                 }
-                pool.parallel_for(batch, grain, [&](int64_t begin, int64_t end) {
+                exec.for_range(batch, grain, [&](int64_t begin, int64_t end) {
                     for (int64_t n = begin; n < end; ++n) {
                         if (s >= lengths[size_t(n)]) continue;
-                        T* hn = h.data() + n * hidden;
-                        T* gn = gates.data() + n * gh;
+                        T* hn = h + n * hidden;
+                        T* gn = gates + n * gh;
                         switch (cell_) {
-                            case Cell::Rnn: rnn_step(projection_row(n), gn, bias.data(), hn, hidden, f[0]); break;
+                            case Cell::Rnn: rnn_step(projection_row(n), gn, st.bias.data(), hn, hidden, f[0]); break;
                             case Cell::Gru:
-                                gru_step(projection_row(n), gn, bias.data(), candidate_recurrent_bias.data(), hn,
-                                         hidden, f);
+                                gru_step(projection_row(n), gn, st.bias.data(), st.candidate_recurrent_bias.data(),
+                                         hn, hidden, f);
                                 break;
                             case Cell::Lstm:
-                                lstm_step(projection_row(n), gn, bias.data(), peepholes, hn, c.data() + n * hidden,
-                                          hidden, f);
+                                lstm_step(projection_row(n), gn, st.bias.data(), peepholes, hn,
+                                          st.c.data() + n * hidden, hidden, f);
                                 break;
                         }
                         if (T* y = output_row(n)) std::copy_n(hn, hidden, y);
                     }
                 });
             }
-            store_state(h, lengths, d, dims, io.y_h);
-            store_state(c, lengths, d, dims, io.y_c);
         }
+        store_state(st.h, lengths, d, dims, io.y_h);
+        store_state(st.c, lengths, d, dims, io.y_c);
     }
 
     // The per-gate bias added to each step's sums: Wb + Rb, except that GRU with linear_before_reset keeps Rbh
@@ -668,19 +859,18 @@ private:
         for (int64_t k = 0; k < hidden; ++k) h[k] = out[k] * cell[k];
     }
 
-    // Float recurrent weights packed for the packed-panel products (util/gemm.h), which unlike a BLAS call do not
-    // repack R at every step.  Per direction: the rows multiplied by Ht-1 (for GRU without linear_before_reset,
-    // R[zr] and then R[h] separately).
+    // Float recurrent weights panelized for recurrent_product.  Per direction: the rows multiplied by Ht-1 (for
+    // GRU without linear_before_reset, R[zr] and then R[h], which multiplies r (.) Ht-1).
     std::vector<RecurrentPanels> pack_recurrence(const float* r, int64_t directions, int64_t hidden) const {
         const int64_t gh = gate_count(cell_) * hidden;
         std::vector<RecurrentPanels> packed;
         for (int64_t d = 0; d < directions; ++d) {
             const float* rd = r + d * gh * hidden;
             if (cell_ == Cell::Gru && !linear_before_reset_) {
-                packed.emplace_back(rd, 2 * hidden, hidden, hidden);
-                packed.emplace_back(rd + 2 * hidden * hidden, hidden, hidden, hidden);
+                packed.emplace_back(rd, 2 * hidden, hidden);
+                packed.emplace_back(rd + 2 * hidden * hidden, hidden, hidden);
             } else {
-                packed.emplace_back(rd, gh, hidden, hidden);
+                packed.emplace_back(rd, gh, hidden);
             }
         }
         return packed;
@@ -702,10 +892,12 @@ private:
         }
     }
 
-    // Below this batch size the packed product's fixed panel width wastes more than BLAS's packing of R costs
-    // (a batch of one is a matrix-vector product, which BLAS streams without packing).
-    static constexpr int64_t kPackedMinBatch = 4;
-    static constexpr int64_t kGrainElements = 8192;  // gate values per parallel task
+    // Input projections per block: at least this many rows, or this many bytes.
+    static constexpr int64_t kProjectionRows = 256;
+    static constexpr int64_t kProjectionBytes = int64_t{4} << 20;
+    static constexpr int64_t kGrainElements = 32768;  // gate values per parallel task
+    // Multiply-adds of one step's recurrent product below which two directions run side by side.
+    static constexpr int64_t kSplitStepWork = int64_t{4} << 20;
 
     Cell cell_;
     std::string op_;

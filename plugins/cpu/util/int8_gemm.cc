@@ -1,9 +1,11 @@
 // CPU provider: exact 8-bit integer matrix products (see int8_gemm.h).
 //
-// VNNI path: with A = A' - sa (A' the uint8 form of A: A itself, or A + 128 for int8) and B = B' + sb (B' the int8 form of B:
-// B itself, or B - 128 for uint8), (A - a_zero) x (B - b_zero) = P - ZB * rowsum(A') - ZA * colsum(B') + K ZA ZB,
+// VNNI path: with A = A' - sa (A' the uint8 form of A: A itself, or A + 128 for int8) and B = B' + sb (B' the int8 form
+// of B: B itself, or B - 128 for uint8), (A - a_zero) x (B - b_zero) = P - ZB * rowsum(A') - ZA * colsum(B') + K ZA ZB,
 // where P = A' x B' (vpdpbusd), ZA[m] = sa + a_zero[m] and ZB[n] = b_zero[n] - sb.  Every step is 32-bit modular
-// arithmetic (vpdpbusd does not saturate), so the result is the exact sum modulo 2^32.
+// arithmetic (vpdpbusd does not saturate), so the result is the exact sum modulo 2^32.  CPUs with AMX compute P
+// with tdpbusd on 16 x 64-byte tiles instead (same layout of B: a panel half is a B tile with a 128-byte row
+// stride), with K padded to whole tiles.
 //
 // Fallback: a floating-point gemm of the centered operands.  Each product is an integer of magnitude at most
 // max|a - a_zero| * max|b - b_zero|, and every partial sum a gemm forms (in whatever order, blocking or FMA use)
@@ -11,7 +13,10 @@
 // intermediate value is an integer the type represents exactly and the result is the exact sum.
 #include "util/int8_gemm.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -27,22 +32,87 @@ namespace tessera::cpu {
 namespace {
 
 constexpr int64_t kPanel = Int8PackedB::kPanelColumns;
-constexpr int64_t kTileRows = 6;  // rows per micro-tile: 12 accumulators of 16 lanes
+constexpr int64_t kVnniTileRows = 6;  // rows per VNNI micro-tile: 12 accumulators of 16 lanes
+constexpr int64_t kAmxTileRows = 32;  // rows per AMX micro-tile: 2 x 2 tiles of 16 x 16 sums
 
-bool detect_vnni() {
-    if (const char* cap = std::getenv("TESSERA_CPU_MAX_ISA")) {
-        const std::string value(cap);
-        if (value == "avx2" || value == "none") return false;
-    }
+enum class Isa { Fallback, Vnni, Amx };
+
+// AMX needs the kernel's permission to use the tile state (Linux arch_prctl ARCH_REQ_XCOMP_PERM).
+bool enable_amx() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool tile = (edx >> 24) & 1u, int8 = (edx >> 25) & 1u;
+    if (!tile || !int8) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+Isa detect_isa() {
+    std::string cap;
+    if (const char* value = std::getenv("TESSERA_CPU_MAX_ISA")) cap = value;
+    if (cap == "avx2" || cap == "none") return Isa::Fallback;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vnni")) return Isa::Fallback;
+    if (cap != "avx512" && enable_amx()) return Isa::Amx;
+    return Isa::Vnni;
+}
+
+Isa isa() {
+    static const Isa detected = detect_isa();
+    return detected;
+}
+
+// Tile configuration: tiles 0-3 hold 16 x 16 int32 sums, 4-5 16 rows of 64 bytes of A', 6-7 16 groups of B'.
+struct alignas(64) TileConfig {
+    uint8_t palette = 1;
+    uint8_t start_row = 0;
+    uint8_t reserved[14] = {};
+    uint16_t bytes_per_row[16] = {};
+    uint8_t rows[16] = {};
+};
+
+[[gnu::target("amx-tile")]] void amx_begin() {
+    TileConfig config;
+    for (int t = 0; t < 8; ++t) {
+        config.bytes_per_row[t] = 64;
+        config.rows[t] = 16;
+    }
+    // GCC does not see ldtilecfg read the configuration and would drop the stores above.
+    asm volatile("" : : "r"(&config) : "memory");
+    _tile_loadconfig(&config);
+}
+
+[[gnu::target("amx-tile")]] void amx_end() { _tile_release(); }
+
+// The products of 32 rows of A' with one panel of B', written to out[32][kPanel].  A' is in tile order: per step of
+// 64 bytes of K, the two 16 x 64-byte tiles one after the other.
+[[gnu::target("amx-tile,amx-int8")]] void amx_tile(const uint8_t* A, const int8_t* panel, int64_t steps, int32_t* out) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t s = 0; s < steps; ++s) {
+        _tile_loadd(4, A + s * 2048, 64);
+        _tile_loadd(5, A + s * 2048 + 1024, 64);
+        _tile_loadd(6, panel + s * 16 * 4 * kPanel, 4 * kPanel);
+        _tile_loadd(7, panel + s * 16 * 4 * kPanel + 64, 4 * kPanel);
+        _tile_dpbusd(0, 4, 6);
+        _tile_dpbusd(1, 4, 7);
+        _tile_dpbusd(2, 5, 6);
+        _tile_dpbusd(3, 5, 7);
+    }
+    constexpr int64_t row_bytes = kPanel * sizeof(int32_t);
+    _tile_stored(0, out, row_bytes);
+    _tile_stored(1, out + 16, row_bytes);
+    _tile_stored(2, out + 16 * kPanel, row_bytes);
+    _tile_stored(3, out + 16 * kPanel + 16, row_bytes);
 }
 
 // The products of `Rows` rows of A' (row stride lda, whole groups of 4 bytes) with one panel of B', written to
 // out[Rows][kPanel].
-template <int Rows>
-[[gnu::target("avx512f,avx512vnni")]] void vnni_tile(const uint8_t* A, int64_t lda, const int8_t* panel, int64_t groups,
-                                                   int32_t* out) {
+template <int Rows> [[gnu::target("avx512f,avx512vnni")]] void vnni_tile(const uint8_t* A, int64_t lda,
+                                                                         const int8_t* panel, int64_t groups,
+                                                                         int32_t* out) {
     __m512i acc[Rows][2];
 #pragma GCC unroll 8
     for (int r = 0; r < Rows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
@@ -65,9 +135,21 @@ template <int Rows>
     }
 }
 
+// Column sums of one packed panel: vpdpbusd with all-ones bytes adds up each column's four values per group.
+[[gnu::target("avx512f,avx512vnni")]] void vnni_column_sums(const int8_t* panel, int64_t groups, int32_t* sums) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i low = _mm512_setzero_si512(), high = _mm512_setzero_si512();
+    for (int64_t g = 0; g < groups; ++g) {
+        low = _mm512_dpbusd_epi32(low, ones, _mm512_loadu_si512(panel + g * 4 * kPanel));
+        high = _mm512_dpbusd_epi32(high, ones, _mm512_loadu_si512(panel + g * 4 * kPanel + 64));
+    }
+    _mm512_storeu_si512(sums, low);
+    _mm512_storeu_si512(sums + 16, high);
+}
+
 using TileFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int32_t*);
-constexpr TileFn kTiles[kTileRows + 1] = {nullptr,        vnni_tile<1>, vnni_tile<2>, vnni_tile<3>,
-                                          vnni_tile<4>, vnni_tile<5>, vnni_tile<6>};
+constexpr TileFn kVnniTiles[kVnniTileRows + 1] = {nullptr,      vnni_tile<1>, vnni_tile<2>, vnni_tile<3>,
+                                                  vnni_tile<4>, vnni_tile<5>, vnni_tile<6>};
 
 // Sums wrap to 32 bits (the exact integer is representable in int64).
 template <typename F> inline int32_t wrap_int32(F exact_integer) {
@@ -78,24 +160,25 @@ template <typename F> inline int32_t wrap_int32(F exact_integer) {
 template <typename Value, typename ZeroPoint>
 int32_t largest_centered(ThreadPool& pool, int64_t rows, int64_t columns, const Value& value, const ZeroPoint& zero) {
     std::atomic<int32_t> largest{0};
-    pool.parallel_for(rows, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, columns)), [&](int64_t first, int64_t last) {
-        int32_t local = 0;
-        for (int64_t r = first; r < last; ++r) {
-            for (int64_t c = 0; c < columns; ++c) {
-                const int32_t v = value(r, c) - zero(r, c);
-                local = std::max(local, v < 0 ? -v : v);
-            }
-        }
-        int32_t seen = largest.load();
-        while (local > seen && !largest.compare_exchange_weak(seen, local)) {
-        }
-    });
+    pool.parallel_for(rows, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, columns)),
+                      [&](int64_t first, int64_t last) {
+                          int32_t local = 0;
+                          for (int64_t r = first; r < last; ++r) {
+                              for (int64_t c = 0; c < columns; ++c) {
+                                  const int32_t v = value(r, c) - zero(r, c);
+                                  local = std::max(local, v < 0 ? -v : v);
+                              }
+                          }
+                          int32_t seen = largest.load();
+                          while (local > seen && !largest.compare_exchange_weak(seen, local)) {
+                          }
+                      });
     return largest.load();
 }
 
-template <typename F>
-void float_gemm(ThreadPool& pool, int64_t M, const void* A, bool a_signed, int64_t lda, const Int8PackedB& B,
-                const int32_t* a_zero, const int32_t* b_zero, int32_t* C, int64_t ldc) {
+template <typename F> void float_gemm(ThreadPool& pool, int64_t M, const void* A, bool a_signed, int64_t lda,
+                                      const Int8PackedB& B, const int32_t* a_zero, const int32_t* b_zero, int32_t* C,
+                                      int64_t ldc) {
     const int64_t K = B.depth(), N = B.columns();
     const auto* a_bytes = static_cast<const uint8_t*>(A);
     const int32_t b_shift = B.is_signed() ? 0 : 128;
@@ -148,14 +231,12 @@ void fallback_gemm(ThreadPool& pool, int64_t M, const void* A, bool a_signed, in
 
 }  // namespace
 
-bool int8_gemm_uses_vnni() {
-    static const bool supported = detect_vnni();
-    return supported;
-}
+bool int8_gemm_uses_vnni() { return isa() != Isa::Fallback; }
 
 Int8PackedB::Int8PackedB(const void* data, bool is_signed, int64_t K, int64_t N, int64_t row_stride,
                          int64_t column_stride, ThreadPool* pool)
-    : K_(K), N_(N), signed_(is_signed) {
+    : K_(K), N_(N), signed_(is_signed), groups_((K + 3) / 4) {
+    if (isa() == Isa::Amx) groups_ = (groups_ + 15) / 16 * 16;  // whole 64-byte steps of K
     const auto* bytes = static_cast<const uint8_t*>(data);
     const uint8_t flip = is_signed ? 0 : 0x80;  // uint8 b - 128 is b ^ 0x80 read as int8
     if (!int8_gemm_uses_vnni()) {
@@ -174,13 +255,6 @@ Int8PackedB::Int8PackedB(const void* data, bool is_signed, int64_t K, int64_t N,
         for (int64_t p = first; p < last; ++p) {
             int8_t* panel = data_.data() + p * panel_bytes;
             const int64_t n0 = p * kPanel, columns = std::min(kPanel, N - n0);
-            uint32_t sums[kPanel] = {};
-            for (int64_t k = 0; k < K; ++k) {
-                const uint8_t* src = bytes + k * row_stride + n0 * column_stride;
-                for (int64_t c = 0; c < columns; ++c)
-                    sums[c] += static_cast<uint32_t>(static_cast<int32_t>(static_cast<int8_t>(src[c * column_stride] ^ flip)));
-            }
-            for (int64_t c = 0; c < columns; ++c) column_sums_[n0 + c] = static_cast<int32_t>(sums[c]);
             if (column_stride == 1 && columns == kPanel) {
                 // Whole panels of a row-major B: 4 rows x 16 columns at a time, interleaved into [column][4 rows].
                 const __m128i flip_bytes = _mm_set1_epi8(static_cast<char>(flip));
@@ -203,14 +277,18 @@ Int8PackedB::Int8PackedB(const void* data, bool is_signed, int64_t K, int64_t N,
                         _mm_storeu_si128(dst + 3, _mm_unpackhi_epi16(t1, t3));
                     }
                 }
-                continue;
+            } else {
+                std::fill(panel, panel + panel_bytes, int8_t{0});
+                for (int64_t k = 0; k < K; ++k) {
+                    const uint8_t* src = bytes + k * row_stride + n0 * column_stride;
+                    int8_t* dst = panel + (k / 4) * 4 * kPanel + k % 4;
+                    for (int64_t c = 0; c < columns; ++c)
+                        dst[c * 4] = static_cast<int8_t>(src[c * column_stride] ^ flip);
+                }
             }
-            std::fill(panel, panel + panel_bytes, int8_t{0});
-            for (int64_t k = 0; k < K; ++k) {
-                const uint8_t* src = bytes + k * row_stride + n0 * column_stride;
-                int8_t* dst = panel + (k / 4) * 4 * kPanel + k % 4;
-                for (int64_t c = 0; c < columns; ++c) dst[c * 4] = static_cast<int8_t>(src[c * column_stride] ^ flip);
-            }
+            int32_t sums[kPanel];
+            vnni_column_sums(panel, groups(), sums);
+            std::copy(sums, sums + columns, column_sums_.begin() + n0);
         }
     };
     if (pool != nullptr) {
@@ -233,21 +311,34 @@ void int8_gemm(ThreadPool& pool, int64_t M, const void* A, bool a_signed, int64_
         return;
     }
 
-    // A' with rows padded to whole groups (the padding meets zeros in B), and its row sums.
-    std::vector<uint8_t> a_shifted(static_cast<size_t>(M * stride));
+    const bool amx = isa() == Isa::Amx;
+    const int64_t tile_rows = amx ? kAmxTileRows : kVnniTileRows;
+    const int64_t row_blocks = (M + tile_rows - 1) / tile_rows;
+
+    // A' with rows padded to whole groups (the padding meets zeros in B) and, for AMX, to whole row blocks (rows
+    // of zeros whose sums are dropped), and its row sums.
+    std::vector<uint8_t> a_shifted(static_cast<size_t>((amx ? row_blocks * tile_rows : M) * stride), 0);
     std::vector<uint32_t> row_sums(static_cast<size_t>(M));
     const auto* a_bytes = static_cast<const uint8_t*>(A);
     const uint8_t flip = a_signed ? 0x80 : 0;  // int8 a + 128 is a ^ 0x80 read as uint8
     pool.parallel_for(M, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, K)), [&](int64_t first, int64_t last) {
         for (int64_t m = first; m < last; ++m) {
             const uint8_t* src = a_bytes + m * lda;
-            uint8_t* dst = a_shifted.data() + m * stride;
             uint32_t sum = 0;
-            for (int64_t k = 0; k < K; ++k) {
-                dst[k] = static_cast<uint8_t>(src[k] ^ flip);
-                sum += dst[k];
+            if (amx) {  // tile order: [row block of 32][step][2 tiles][16 rows][64 bytes]
+                uint8_t* dst = a_shifted.data() + (m / 32) * 32 * stride + (m % 32) * 64;
+                for (int64_t k = 0; k < K; ++k) {
+                    const uint8_t value = src[k] ^ flip;
+                    dst[(k / 64) * 2048 + k % 64] = value;
+                    sum += value;
+                }
+            } else {
+                uint8_t* dst = a_shifted.data() + m * stride;
+                for (int64_t k = 0; k < K; ++k) {
+                    dst[k] = static_cast<uint8_t>(src[k] ^ flip);
+                    sum += dst[k];
+                }
             }
-            std::fill(dst + K, dst + stride, uint8_t{0});
             row_sums[m] = sum;
         }
     });
@@ -258,32 +349,32 @@ void int8_gemm(ThreadPool& pool, int64_t M, const void* A, bool a_signed, int64_
     const auto* column_sums = reinterpret_cast<const uint32_t*>(B.column_sums());
     const uint32_t depth = static_cast<uint32_t>(K);
 
-    const int64_t row_blocks = (M + kTileRows - 1) / kTileRows;
     const int64_t panels = (N + kPanel - 1) / kPanel;
-    const int64_t tile_work = kTileRows * kPanel * std::max<int64_t>(K, 1);
+    const int64_t tile_work = tile_rows * kPanel * K;
     // Tasks run panel by panel so that a worker reuses its panel of B across row blocks.
-    pool.parallel_for(panels * row_blocks, std::max<int64_t>(1, (int64_t{1} << 21) / tile_work),
-                      [&](int64_t first, int64_t last) {
-                          alignas(64) int32_t tile[kTileRows * kPanel];
-                          for (int64_t t = first; t < last; ++t) {
-                              const int64_t p = t / row_blocks, m0 = (t % row_blocks) * kTileRows;
-                              const int64_t rows = std::min(kTileRows, M - m0);
-                              const int64_t n0 = p * kPanel, columns = std::min(kPanel, N - n0);
-                              kTiles[rows](a_shifted.data() + m0 * stride, stride, B.panel(p), groups, tile);
-                              for (int64_t r = 0; r < rows; ++r) {
-                                  const int64_t m = m0 + r;
-                                  const uint32_t za = a_shift + (a_zero ? static_cast<uint32_t>(a_zero[m]) : 0u);
-                                  const uint32_t row_term = depth * za - row_sums[m];
-                                  const auto* products = reinterpret_cast<const uint32_t*>(tile + r * kPanel);
-                                  int32_t* c = C + m * ldc + n0;
-                                  for (int64_t j = 0; j < columns; ++j) {
-                                      const uint32_t value =
-                                          products[j] + zb[n0 + j] * row_term - za * column_sums[n0 + j];
-                                      c[j] = static_cast<int32_t>(value);
-                                  }
-                              }
-                          }
-                      });
+    pool.parallel_for(
+        panels * row_blocks, std::max<int64_t>(1, (int64_t{1} << 21) / tile_work), [&](int64_t first, int64_t last) {
+            alignas(64) int32_t tile[kAmxTileRows * kPanel];
+            if (amx) amx_begin();
+            for (int64_t t = first; t < last; ++t) {
+                const int64_t p = t / row_blocks, m0 = (t % row_blocks) * tile_rows;
+                const int64_t rows = std::min(tile_rows, M - m0);
+                const int64_t n0 = p * kPanel, columns = std::min(kPanel, N - n0);
+                if (amx) amx_tile(a_shifted.data() + m0 * stride, B.panel(p), groups / 16, tile);
+                else kVnniTiles[rows](a_shifted.data() + m0 * stride, stride, B.panel(p), groups, tile);
+                for (int64_t r = 0; r < rows; ++r) {
+                    const int64_t m = m0 + r;
+                    const uint32_t za = a_shift + (a_zero ? static_cast<uint32_t>(a_zero[m]) : 0u);
+                    const uint32_t row_term = depth * za - row_sums[m];
+                    const auto* products = reinterpret_cast<const uint32_t*>(tile + r * kPanel);
+                    int32_t* c = C + m * ldc + n0;
+                    for (int64_t j = 0; j < columns; ++j) {
+                        c[j] = static_cast<int32_t>(products[j] + zb[n0 + j] * row_term - za * column_sums[n0 + j]);
+                    }
+                }
+            }
+            if (amx) amx_end();
+        });
 }
 
 }  // namespace tessera::cpu

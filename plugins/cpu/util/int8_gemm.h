@@ -2,9 +2,10 @@
 // ConvInteger, QLinearConv): int32 sums of (a - a_zero) * (b - b_zero) over uint8/int8 operands, wrapped to 32 bits
 // as ONNX allows ("accumulation may overflow if and only if in 32 bits").
 //
-// On CPUs with AVX-512 VNNI the products run on vpdpbusd (four uint8 x int8 products summed into an int32 lane);
-// elsewhere on a floating-point gemm whose every partial sum is provably an exactly representable integer (see
-// int8_gemm.cc).  TESSERA_CPU_MAX_ISA=avx2|none in the environment selects the fallback (for testing).
+// On CPUs with AMX the products run on tdpbusd tiles, with AVX-512 VNNI on vpdpbusd (four uint8 x int8 products
+// summed into an int32 lane), elsewhere on a floating-point gemm whose every partial sum is provably an exactly
+// representable integer (see int8_gemm.cc).  TESSERA_CPU_MAX_ISA in the environment caps the choice (for testing):
+// avx512 (no AMX), avx2 or none (the fallback).
 #pragma once
 
 #include <cstdint>
@@ -14,7 +15,7 @@
 
 namespace tessera::cpu {
 
-// Whether int8_gemm runs on AVX-512 VNNI on this CPU.
+// Whether int8_gemm runs on AMX or AVX-512 VNNI on this CPU (else on the floating-point fallback).
 bool int8_gemm_uses_vnni();
 
 // A K x N operand of int8 or uint8 elements, packed once for int8_gemm: element (k, n) is
@@ -30,10 +31,10 @@ public:
     int64_t columns() const { return N_; }
     bool is_signed() const { return signed_; }
 
-    // Layout (details for int8_gemm): B stored as int8 (uint8 values shifted by -128).  For VNNI, panels of
-    // kPanelColumns columns, each [ceil(K/4)][kPanelColumns][4]; otherwise row-major [K][N].
+    // Layout (details for int8_gemm): B stored as int8 (uint8 values shifted by -128).  For AMX/VNNI, panels of
+    // kPanelColumns columns, each [groups()][kPanelColumns][4]; otherwise row-major [K][N].
     static constexpr int64_t kPanelColumns = 32;
-    int64_t groups() const { return (K_ + 3) / 4; }
+    int64_t groups() const { return groups_; }  // of 4 rows (k), zero-padded
     const int8_t* panel(int64_t p) const { return data_.data() + p * groups() * 4 * kPanelColumns; }
     const int8_t* rows() const { return data_.data(); }
     const int32_t* column_sums() const { return column_sums_.data(); }
@@ -41,6 +42,7 @@ public:
 private:
     int64_t K_ = 0, N_ = 0;
     bool signed_ = true;
+    int64_t groups_ = 0;
     std::vector<int8_t> data_;
     std::vector<int32_t> column_sums_;  // VNNI layout only: sums over k of the stored values
 };
