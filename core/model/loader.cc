@@ -20,14 +20,15 @@ namespace {
 std::string normalize_domain(const std::string& domain) { return domain == "ai.onnx" ? std::string() : domain; }
 
 // ONNX's shape inference (from libonnx) fills in value types the model leaves out.  It is run only when every
-// imported opset is one this libonnx knows, because for newer opsets it would apply older operator definitions.
+// imported standard opset is one this libonnx knows, because for newer opsets it would apply older operator
+// definitions; nodes of custom domains are left to their libraries' shape inference.
 void infer_types_best_effort(onnx::ModelProto& model) {
     const auto& known = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
     for (const auto& opset : model.opset_import()) {
         auto it = known.find(opset.domain() == "ai.onnx" ? "" : opset.domain());
-        if (it == known.end() || opset.version() > it->second.second) return;
+        if (it == known.end()) continue;  // a custom domain: its nodes are simply not inferred
+        if (opset.version() > it->second.second) return;
     }
-    if (model.ir_version() > 8) return;  // this libonnx predates IR 9
     try {
         onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
                                            onnx::ShapeInferenceOptions(false, 0, false));

@@ -336,7 +336,18 @@ PluginRecord PluginManager::load(const fs::path& path) {
     if (!fs::is_regular_file(path, ec)) return finish(TESS_PLUGIN_SKIPPED, "file not found");
     if (!looks_like_elf(path)) return finish(TESS_PLUGIN_SKIPPED, "not a shared library (no ELF header)");
 
-    auto library = std::make_shared<boost::dll::shared_library>();
+    // When the last provider, custom op or value of this plugin lets go, its shutdown hook runs before the unload.
+    auto shutdown = std::make_shared<void (*)(void)>(nullptr);
+    std::shared_ptr<boost::dll::shared_library> library(new boost::dll::shared_library,
+                                                        [shutdown](boost::dll::shared_library* lib) {
+                                                            if (*shutdown != nullptr) {
+                                                                try {
+                                                                    (*shutdown)();
+                                                                } catch (...) {
+                                                                }
+                                                            }
+                                                            delete lib;
+                                                        });
     try {
         library->load(boost::dll::fs::path(record.path),
                       boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
@@ -355,6 +366,7 @@ PluginRecord PluginManager::load(const fs::path& path) {
     } catch (...) {
         return finish(TESS_PLUGIN_SKIPPED, "the entry function threw an exception");
     }
+    if (TESS_HAS_FIELD(&exports, TessPluginExports, shutdown)) *shutdown = exports.shutdown;
     if (exports.name != nullptr) record.name = exports.name;
     if (exports.version != nullptr) record.version = exports.version;
     if (status != nullptr) {

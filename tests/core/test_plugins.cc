@@ -121,3 +121,16 @@ TEST(Plugins, StrictModeRefusesAnUnavailableProvider) {
     TESS_ASSERT_OK(tess_session_partition_info(session, 0, &part));
     EXPECT_STREQ(part.provider, "cpu");
 }
+
+TEST(Plugins, ShutdownRunsWhenThePluginIsLetGo) {
+    fs::path mark = fs::temp_directory_path() / ("tessera-shutdown-" + std::to_string(::getpid()));
+    fs::remove(mark);
+    ::setenv("TESSERA_TEST_SHUTDOWN_FILE", mark.c_str(), 1);
+    {
+        EnvPtr env = make_env(test_plugin_dir().string());
+        ASSERT_FALSE(fs::exists(mark));
+    }
+    ::unsetenv("TESSERA_TEST_SHUTDOWN_FILE");
+    EXPECT_TRUE(fs::exists(mark));
+    fs::remove(mark);
+}

@@ -2,6 +2,7 @@
  * broadcasting) and keeps its tensors in its own memory kind, so the core must copy at every boundary.  It exists to
  * give the partitioner tests plans with several partitions and copies. */
 #define _POSIX_C_SOURCE 200112L
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,6 +137,18 @@ static TessStatus* copy_from_host(TessProviderInstance* i, void* dst, const void
     (void)i; memcpy(dst, src, n); return NULL;
 }
 
+/* Leaves a mark when the core shuts the plugin down (the test names the file in TESSERA_TEST_SHUTDOWN_FILE). */
+static void shutdown(void) {
+    const char* path = getenv("TESSERA_TEST_SHUTDOWN_FILE");
+    if (path != NULL) {
+        FILE* f = fopen(path, "w");
+        if (f != NULL) {
+            fputs("shutdown\n", f);
+            fclose(f);
+        }
+    }
+}
+
 static TessProviderApi g_provider;
 static const TessProviderApi* g_providers[1];
 
@@ -163,5 +176,6 @@ TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host, TessPluginExp
     exports->version = "1.0";
     exports->provider_count = 1;
     exports->providers = g_providers;
+    exports->shutdown = shutdown;
     return NULL;
 }

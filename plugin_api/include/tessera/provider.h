@@ -259,7 +259,9 @@ typedef struct TessPluginExports {
     const char* version;  /* static */
     size_t provider_count;
     const TessProviderApi* const* providers; /* static, or owned by the plugin until unload */
-    /* Called before the library is unloaded (may be NULL). */
+    /* Called once the environment that loaded the plugin, and every session, value and provider instance that came
+     * from it, have let go; the library is unloaded afterwards (may be NULL).  Each environment that loads the same
+     * file makes its own entry call and, later, its own shutdown call: a plugin with global state counts them. */
     void (*shutdown)(void);
     /* Custom operators this library adds (custom_op.h); static, or owned by the plugin until unload. */
     size_t custom_op_count;
