@@ -97,10 +97,7 @@ struct Plan {
     std::vector<std::string> graph_inputs, graph_outputs;
     std::vector<std::string> providers;  // those that own partitions, in order of first appearance
     std::map<std::string, size_t> producer;  // tensor -> partition that outputs it
-    // Which providers keep tensors in host memory, worked out from the copy counts (see infer_host_memory); empty
-    // when the counts admit no consistent answer.
-    std::map<std::string, bool> host_memory;
-
+    std::map<std::string, bool> host_memory;  // provider -> computes in host memory
     size_t producer_of(const std::string& tensor) const {
         auto it = producer.find(tensor);
         return it == producer.end() ? kCaller : it->second;
@@ -110,16 +107,11 @@ struct Plan {
         for (const PartitionInfo& p : partitions) n += p.copy_count;
         return n;
     }
-    // Whether input `i` of partition `p` is one of its copied inputs; nullopt when that cannot be told.
+    // Whether input `i` of partition `p` reaches it through a copy (the plan says so per input).
     std::optional<bool> input_copied(size_t p, size_t i) const {
-        if (partitions[p].copy_count == 0) return false;
-        if (host_memory.empty()) return std::nullopt;
-        const size_t from = producer_of(partitions[p].inputs[i]);
-        const bool from_host = from == kCaller || host_memory.at(partitions[from].provider);
-        const bool to_host = host_memory.at(partitions[p].provider);
-        if (from_host && to_host) return false;
-        if (from_host != to_host) return true;
-        return partitions[from].provider != partitions[p].provider;  // two device providers: separate memories
+        const PartitionInfo& part = partitions[p];
+        if (i >= part.input_copied.size()) return std::nullopt;
+        return part.input_copied[i];
     }
     // Whether graph output `name` leaves a provider's own memory (one more copy per run, not in copy_count).
     std::optional<bool> output_copied(const std::string& name) const {
@@ -129,35 +121,6 @@ struct Plan {
         return !host_memory.at(partitions[from].provider);
     }
 };
-
-// The C API tells how many inputs of each partition are copied, not which, nor the providers' memory kinds.  Those
-// follow from the counts: try every "is this provider's memory the host's" assignment (few providers own
-// partitions) and keep the one that reproduces every partition's copy_count, preferring host memory on ties.
-std::map<std::string, bool> infer_host_memory(const Plan& plan) {
-    const size_t k = plan.providers.size();
-    if (k == 0 || k > 12) return {};
-    std::map<std::string, bool> host;
-    for (size_t bits = (size_t{1} << k) - 1;; --bits) {  // all-host first
-        for (size_t i = 0; i < k; ++i) host[plan.providers[i]] = (bits >> i) & 1;
-        bool consistent = true;
-        for (const PartitionInfo& part : plan.partitions) {
-            size_t copies = 0;
-            for (const std::string& input : part.inputs) {
-                const size_t from = plan.producer_of(input);
-                const bool from_host = from == kCaller || host.at(plan.partitions[from].provider);
-                const bool to_host = host.at(part.provider);
-                if (from_host != to_host || (!from_host && plan.partitions[from].provider != part.provider)) ++copies;
-            }
-            if (copies != part.copy_count) {
-                consistent = false;
-                break;
-            }
-        }
-        if (consistent) return host;
-        if (bits == 0) break;
-    }
-    return {};
-}
 
 Plan make_plan(const Session& session) {
     Plan plan;
@@ -170,7 +133,8 @@ Plan make_plan(const Session& session) {
             plan.providers.push_back(part.provider);
         for (const std::string& out : part.outputs) plan.producer.emplace(out, p);
     }
-    plan.host_memory = infer_host_memory(plan);
+    for (const PartitionInfo& part : plan.partitions)
+        if (!part.memory_kind.empty()) plan.host_memory[part.provider] = part.memory_kind == TESS_HOST_MEMORY_NAME;
     return plan;
 }
 

@@ -269,6 +269,8 @@ TESS_EXPORT TessStatus* tess_session_partition_info(const TessSession* s, size_t
         info.output_count = p.outputs.size();
         info.outputs = p.output_ptrs.data();
         info.copy_count = p.copy_count;
+        info.memory_kind = p.memory_kind.c_str();
+        info.input_copied = p.input_copied.data();
         std::memcpy(out, &info, info.struct_size);
     });
 }

@@ -1,6 +1,7 @@
 #include "exec/executor.h"
 
 #include <cstring>
+#include <map>
 #include <utility>
 
 #include <fmt/format.h>
@@ -21,6 +22,8 @@ CompiledPartition& CompiledPartition::operator=(CompiledPartition&& other) noexc
     input_ids = std::move(other.input_ids);
     output_ids = std::move(other.output_ids);
     copy_count = other.copy_count;
+    input_copied = std::move(other.input_copied);
+    memory_kind = std::move(other.memory_kind);
     node_names = std::move(other.node_names);
     node_ops = std::move(other.node_ops);
     node_name_ptrs = std::move(other.node_name_ptrs);
@@ -86,12 +89,26 @@ ValuePtr Executor::to_instance(const TessValue& value, ProviderInstance& instanc
 
 namespace {
 
+// The first partition's instance with the same memory kind stands for that memory kind.
+const ProviderInstance* memory_owner_of(const std::vector<CompiledPartition>& partitions,
+                                        const ProviderInstance& instance) {
+    for (const auto& p : partitions)
+        if (p.instance->memory_kind() != nullptr && instance.memory_kind() != nullptr &&
+            std::strcmp(p.instance->memory_kind()->name, instance.memory_kind()->name) == 0)
+            return p.instance;
+    return &instance;
+}
+
 bool same_memory(const TessValue& value, const ProviderInstance& instance) {
     if (instance.is_host_memory()) return value.is_host();
     return !value.is_host() && std::strcmp(value.memory->name, instance.memory_kind()->name) == 0;
 }
 
 }  // namespace
+
+const ProviderInstance* Executor::memory_owner(const ProviderInstance& instance) const {
+    return memory_owner_of(partitions_, instance);
+}
 
 std::vector<ValuePtr> Executor::run(const std::vector<std::pair<size_t, const TessValue*>>& inputs,
                                     const std::vector<size_t>& output_ids) const {
@@ -103,11 +120,11 @@ std::vector<ValuePtr> Executor::run(const std::vector<std::pair<size_t, const Te
     for (const auto& [id, value] : inputs) slots[id] = value;
 
     std::vector<const TessValue*> args;
-    std::vector<ValuePtr> copies;
+    // A tensor is copied into a memory kind once per run, however many partitions there read it.
+    std::map<std::pair<size_t, const ProviderInstance*>, ValuePtr> copies;
     for (size_t p = 0; p < partitions_.size(); ++p) {
         const CompiledPartition& part = partitions_[p];
         args.clear();
-        copies.clear();
         for (size_t i = 0; i < part.input_ids.size(); ++i) {
             const TessValue* value = slots[part.input_ids[i]];
             if (value == nullptr)
@@ -115,8 +132,9 @@ std::vector<ValuePtr> Executor::run(const std::vector<std::pair<size_t, const Te
                      part.inputs[i], part.instance->provider().name);
             if (value->kind == TESS_VALUE_TENSOR && value->element_type != TESS_ELEMENT_STRING &&
                 !same_memory(*value, *part.instance)) {
-                copies.push_back(to_instance(*value, *part.instance));
-                value = copies.back().get();
+                ValuePtr& copy = copies[{part.input_ids[i], memory_owner(*part.instance)}];
+                if (!copy) copy = to_instance(*value, *part.instance);
+                value = copy.get();
             }
             args.push_back(value);
         }

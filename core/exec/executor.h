@@ -16,7 +16,9 @@ struct CompiledPartition {
     std::vector<size_t> nodes;             // indices into the session graph
     std::vector<std::string> inputs, outputs;
     std::vector<size_t> input_ids, output_ids;
-    size_t copy_count = 0;                 // inputs that come from another memory kind
+    size_t copy_count = 0;                 // tensors copied into its memory kind for it (once per run and kind)
+    std::vector<int32_t> input_copied;     // per input: lives in another memory kind
+    std::string memory_kind;
 
     // Strings behind TessPartitionInfo.
     std::vector<std::string> node_names, node_ops;
@@ -47,6 +49,7 @@ private:
     ValuePtr to_host(const TessValue& value) const;
     ValuePtr to_instance(const TessValue& value, ProviderInstance& instance) const;
     ProviderInstance* owner_of(const TessValue& value) const;
+    const ProviderInstance* memory_owner(const ProviderInstance& instance) const;
 
     std::vector<CompiledPartition> partitions_;
     std::unordered_map<std::string, size_t> ids_;

@@ -1,5 +1,6 @@
 #include "session/session.h"
 
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -213,14 +214,18 @@ void Session::compile(const TessSessionOptions& options) {
             return instance == nullptr || instance->is_host_memory() ? TESS_HOST_MEMORY_NAME
                                                                      : instance->memory_kind()->name;
         };
+        // A tensor crosses into a memory kind once per run: the first partition there that reads it counts it.
         std::unordered_map<std::string, const ProviderInstance*> producer;
         for (const auto& part : compiled)
             for (const auto& out : part.outputs) producer[out] = part.instance;
+        std::set<std::pair<std::string, std::string>> crossed;  // (value, memory kind)
         for (auto& part : compiled) {
+            part.memory_kind = memory_name(part.instance);
             for (const auto& in : part.inputs) {
                 auto it = producer.find(in);
-                if (memory_name(it == producer.end() ? nullptr : it->second) != memory_name(part.instance))
-                    ++part.copy_count;
+                bool copied = memory_name(it == producer.end() ? nullptr : it->second) != part.memory_kind;
+                part.input_copied.push_back(copied ? 1 : 0);
+                if (copied && crossed.emplace(in, part.memory_kind).second) ++part.copy_count;
             }
         }
         executor_ = std::make_unique<Executor>(graph_, std::move(compiled));

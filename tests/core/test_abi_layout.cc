@@ -39,7 +39,8 @@ static_assert(sizeof(TessValueInfo) == 48);
 static_assert(offsetof(TessPartitionInfo, provider) == 8);
 static_assert(offsetof(TessPartitionInfo, node_count) == 16);
 static_assert(offsetof(TessPartitionInfo, copy_count) == 72);
-static_assert(sizeof(TessPartitionInfo) == 80);
+static_assert(offsetof(TessPartitionInfo, input_copied) == 88);
+static_assert(sizeof(TessPartitionInfo) == 96);
 
 static_assert(offsetof(TessValueView, name) == 8);
 static_assert(offsetof(TessValueView, kind) == 16);

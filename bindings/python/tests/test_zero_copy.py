@@ -55,6 +55,7 @@ def test_inputs_are_not_modified_and_may_be_read_only():
 
 def test_output_is_a_view_of_the_value_memory():
     session = tessera.InferenceSession(add_model())
+    gc.collect()  # outputs of earlier tests waiting for collection must not count
     before = tessera.live_output_values()
     z, w = session.run(None, {"x": np.ones((2, 3), np.float32)})
     assert tessera.live_output_values() == before + 2
@@ -71,6 +72,7 @@ def test_output_is_a_view_of_the_value_memory():
 
 def test_views_keep_the_value_alive():
     session = tessera.InferenceSession(add_model())
+    gc.collect()  # outputs of earlier tests waiting for collection must not count
     before = tessera.live_output_values()
     (z,) = session.run(["z"], {"x": np.zeros((4, 3), np.float32)})
     tail = z[2:]

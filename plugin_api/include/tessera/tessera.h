@@ -150,7 +150,11 @@ typedef struct TessPartitionInfo {
     const char* const* inputs;
     size_t output_count;            /* values it produces that leave it */
     const char* const* outputs;
-    size_t copy_count;              /* inputs copied in from another memory kind on every run */
+    size_t copy_count;              /* tensors copied in from another memory kind for it on every run (a tensor
+                                       read by several partitions of one memory kind is copied once, for the first) */
+    const char* memory_kind;        /* name of the memory its provider computes in ("cpu" for host memory) */
+    const int32_t* input_copied;    /* input_count entries: non-zero when that input lives in another memory kind and
+                                       reaches the partition through a copy */
 } TessPartitionInfo;
 
 TESS_EXPORT size_t tess_session_partition_count(const TessSession* session);

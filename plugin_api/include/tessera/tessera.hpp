@@ -463,7 +463,9 @@ struct PartitionInfo {
     std::vector<std::string> node_ops;    // "domain:op_type" or "op_type"
     std::vector<std::string> inputs;      // values read from other partitions or the caller
     std::vector<std::string> outputs;     // values that leave the partition
-    size_t copy_count = 0;                // inputs copied in from another memory kind on every run
+    size_t copy_count = 0;                // tensors copied in from another memory kind for it on every run
+    std::string memory_kind;              // where its provider computes ("cpu": host memory)
+    std::vector<bool> input_copied;       // per input: reaches the partition through a copy
 };
 
 class Session {
@@ -517,6 +519,10 @@ public:
             p.inputs = detail::copy_strings(c.inputs, c.input_count);
             p.outputs = detail::copy_strings(c.outputs, c.output_count);
             p.copy_count = c.copy_count;
+            if (TESS_HAS_FIELD(&c, TessPartitionInfo, input_copied) && c.input_copied != nullptr) {
+                p.memory_kind = c.memory_kind != nullptr ? c.memory_kind : "";
+                p.input_copied.assign(c.input_copied, c.input_copied + c.input_count);
+            }
             out.push_back(std::move(p));
         }
         return out;

@@ -1,4 +1,4 @@
-// CPU provider: Conv and ConvTranspose (float, double), N-d spatial, grouped.
+// CPU provider: Conv and ConvTranspose (float, double; float16 and bfloat16 computed in float), N-d spatial, grouped.
 //
 // Float convolutions on CPUs with AVX2 or AVX-512 run on the packed-filter micro-kernels of util/gemm.h, with the
 // filters packed once when they are constants and the bias as the accumulators' starting value:
@@ -7,14 +7,19 @@
 //    cache-sized tile for wide images);
 //  - depthwise 2-D convolutions (one input channel per group) run as per-plane loops over the same phase grid.
 // Doubles, and CPUs without AVX2, use im2col + OpenBLAS gemm.  ConvTranspose runs as gemm (W^T x image) + col2im.
+// float16/bfloat16 inputs are widened to float, the result rounded back; constant weights are widened (and packed)
+// once, when the kernel is created.
 #include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "kernels/all_kernels.h"
+#include "util/compute_cast.h"
+#include "util/float16_compute.h"
 #include "util/gemm.h"
 #include "util/im2col.h"
+#include "util/type_list.h"
 
 namespace tessera::cpu {
 
@@ -26,6 +31,16 @@ std::unique_ptr<T[]> uninitialized_buffer(int64_t count) {
 }
 
 std::string dims_string(const std::vector<int64_t>& v) { return shape_string(v); }
+
+// The element type the products run in: float16 and bfloat16 are computed in float.
+int32_t compute_type_of(int32_t type) { return is_16bit_float(type) ? TESS_ELEMENT_FLOAT32 : type; }
+
+// A copy of a constant input, widened to float when it is float16/bfloat16 so that compute() never converts it.
+std::optional<OwnedTensor> computable_constant(const NodeInfo& info, size_t index) {
+    std::optional<OwnedTensor> copy = copy_constant_input(info, index);
+    if (copy && is_16bit_float(copy->tensor().type)) return OwnedTensor(WidenedTensor(copy->tensor()).tensor());
+    return copy;
+}
 
 // A per-thread scratch buffer of at least `count` elements, reused across calls (tasks on one thread never nest).
 template <typename T>
@@ -42,8 +57,10 @@ protected:
         : op_(info.op_type()),
           attrs_(WindowAttributes::parse(info)),
           group_(info.attr_int("group", 1)),
-          weights_(copy_constant_input(info, 1)),
-          bias_(copy_constant_input(info, 2)) {
+          weights_type_(info.input_constant(1) != nullptr ? info.input_type(1) : TESS_ELEMENT_UNDEFINED),
+          bias_type_(info.input_constant(2) != nullptr ? info.input_type(2) : TESS_ELEMENT_UNDEFINED),
+          weights_(computable_constant(info, 1)),
+          bias_(computable_constant(info, 2)) {
         if (group_ < 1) throw KernelError(op_ + ": group must be positive, got " + std::to_string(group_));
     }
 
@@ -55,8 +72,13 @@ protected:
 
     // Checks what both ops require of X, W and B; returns W's spatial dimensions (the kernel).
     Shape check_inputs(const Tensor& X, const Tensor& W, const Tensor* B, int64_t bias_size_of_w) const {
-        if (X.type != TESS_ELEMENT_FLOAT32 && X.type != TESS_ELEMENT_FLOAT64) throw_unsupported_type(op_, X.type);
-        if (W.type != X.type || (B != nullptr && B->type != X.type)) {
+        if (X.type != TESS_ELEMENT_FLOAT32 && X.type != TESS_ELEMENT_FLOAT64 && !is_16bit_float(X.type)) {
+            throw_unsupported_type(op_, X.type);
+        }
+        // Constants are held in the compute type: compare the types the model gives them.
+        const int32_t w_type = weights_type_ != TESS_ELEMENT_UNDEFINED ? weights_type_ : W.type;
+        const int32_t b_type = bias_type_ != TESS_ELEMENT_UNDEFINED ? bias_type_ : B != nullptr ? B->type : X.type;
+        if (w_type != X.type || b_type != X.type) {
             throw KernelError(op_ + ": X, W and B must have the same element type");
         }
         if (X.rank() < 3) throw KernelError(op_ + ": X " + shape_string(X.shape) + " must be [N, C, D1, ...]");
@@ -79,7 +101,9 @@ protected:
     std::string op_;
     WindowAttributes attrs_;
     int64_t group_;
-    std::optional<OwnedTensor> weights_;
+    int32_t weights_type_;  // the model's element type of constant weights and bias (UNDEFINED when not constant)
+    int32_t bias_type_;
+    std::optional<OwnedTensor> weights_;  // constant weights and bias, float16/bfloat16 widened to float
     std::optional<OwnedTensor> bias_;
 };
 
@@ -250,26 +274,31 @@ public:
         y_shape.insert(y_shape.end(), g.output.begin(), g.output.end());
         Tensor& Y = ctx.output(0, X.type, y_shape);
         if (Y.size() == 0) return;
-        dispatch<float, double>(X.type, [&]<typename T>() {
-            const T* bias_data = B != nullptr ? B->ptr<T>() : nullptr;
+        ThreadPool& pool = ctx.pool();
+        dispatch<float, double>(compute_type_of(X.type), [&]<typename T>() {
+            // Views of the tensors when they hold T already (the packed view has no data and is never read).
+            const ConvertedInput<T> x(X, pool), w(W, pool);
+            const ConvertedInput<T> b = B != nullptr ? ConvertedInput<T>(*B, pool) : ConvertedInput<T>();
+            ConvertedOutput<T> y(Y);
             if (group_ > 1 && C == group_ && g.rank() == 2) {
-                depthwise_conv2d<T>(ctx.pool(), g, X.ptr<T>(), W.ptr<T>(), bias_data, N, C, M, Y.ptr<T>());
+                depthwise_conv2d<T>(pool, g, x.data(), w.data(), b.data(), N, C, M, y.data());
             } else if constexpr (std::is_same_v<T, float>) {
                 if (!packed_gemm_supported()) {
-                    run_gemm<T>(ctx.pool(), g, X.ptr<T>(), W.ptr<T>(), bias_data, N, C, M, Y.ptr<T>());
-                    return;
-                }
-                std::vector<PackedFilters> packed_now;
-                if (packed_filters_.empty()) packed_now = pack_filters(W.ptr<float>(), M, W.size() / M);
-                const std::vector<PackedFilters>& filters = packed_filters_.empty() ? packed_now : packed_filters_;
-                if (direct_pays_off(g)) {
-                    run_direct(ctx.pool(), g, X.ptr<float>(), filters, bias_data, N, C, M, Y.ptr<float>());
+                    run_gemm<T>(pool, g, x.data(), w.data(), b.data(), N, C, M, y.data());
                 } else {
-                    run_packed(ctx.pool(), g, X.ptr<float>(), filters, bias_data, N, C, M, Y.ptr<float>());
+                    std::vector<PackedFilters> packed_now;
+                    if (packed_filters_.empty()) packed_now = pack_filters(w.data(), M, W.size() / M);
+                    const std::vector<PackedFilters>& filters = packed_filters_.empty() ? packed_now : packed_filters_;
+                    if (direct_pays_off(g)) {
+                        run_direct(pool, g, x.data(), filters, b.data(), N, C, M, y.data());
+                    } else {
+                        run_packed(pool, g, x.data(), filters, b.data(), N, C, M, y.data());
+                    }
                 }
             } else {
-                run_gemm<T>(ctx.pool(), g, X.ptr<T>(), W.ptr<T>(), bias_data, N, C, M, Y.ptr<T>());
+                run_gemm<T>(pool, g, x.data(), w.data(), b.data(), N, C, M, y.data());
             }
+            y.finish(pool);
         });
     }
 
@@ -545,8 +574,13 @@ public:
         y_shape.insert(y_shape.end(), g.input.begin(), g.input.end());
         Tensor& Y = ctx.output(0, X.type, y_shape);
         if (Y.size() == 0) return;
-        dispatch<float, double>(X.type, [&]<typename T>() {
-            run<T>(ctx.pool(), g, X.ptr<T>(), W.ptr<T>(), B != nullptr ? B->ptr<T>() : nullptr, N, C, M, Y.ptr<T>());
+        ThreadPool& pool = ctx.pool();
+        dispatch<float, double>(compute_type_of(X.type), [&]<typename T>() {
+            const ConvertedInput<T> x(X, pool), w(W, pool);
+            const ConvertedInput<T> b = B != nullptr ? ConvertedInput<T>(*B, pool) : ConvertedInput<T>();
+            ConvertedOutput<T> y(Y);
+            run<T>(pool, g, x.data(), w.data(), b.data(), N, C, M, y.data());
+            y.finish(pool);
         });
     }
 
@@ -641,8 +675,9 @@ private:
 }  // namespace
 
 void register_conv_kernels(KernelRegistry& registry) {
+    const std::vector<int32_t> conv_types = type_ids_with_16bit_floats(FloatTypes{});
     const std::vector<std::pair<size_t, std::vector<int32_t>>> float_inputs{
-        {0, types::kFloats}, {1, types::kFloats}, {2, types::kFloats}};
+        {0, conv_types}, {1, conv_types}, {2, conv_types}};
     registry.add({"", "Conv", 1, 0, float_inputs, KernelMemory::Normal, make_factory<ConvKernel>()});
     registry.add({"", "ConvTranspose", 1, 10, float_inputs, KernelMemory::Normal, make_factory<ConvTransposeKernel>()});
     registry.add({"", "ConvTranspose", 11, 0, float_inputs, KernelMemory::Normal, make_factory<ConvTransposeKernel>()});

@@ -1,27 +1,53 @@
-// CPU provider: Gemm and MatMul.
+// CPU provider: Gemm and MatMul.  float16 and bfloat16 are computed in float (inputs widened, the float product,
+// the result rounded back); float16/bfloat16 constant inputs are widened once, when the kernel is created.
+#include <optional>
 #include <string>
 
+#include "host.h"
 #include "kernels/all_kernels.h"
+#include "util/compute_cast.h"
+#include "util/float16_compute.h"
 #include "util/gemm.h"
+#include "util/type_list.h"
 
 namespace tessera::cpu {
 
 namespace {
 
-const std::vector<int32_t> kGemmTypes{TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT64, TESS_ELEMENT_INT32,
-                                      TESS_ELEMENT_INT64,   TESS_ELEMENT_UINT32,  TESS_ELEMENT_UINT64};
+// The types gemm() computes in; float16 and bfloat16 are computed in float.
+using GemmTypes = TypeList<float, double, int32_t, int64_t, uint32_t, uint64_t>;
 
-template <typename Fn>
-void dispatch_gemm_type(int32_t type, Fn&& fn) {
-    dispatch<float, double, int32_t, int64_t, uint32_t, uint64_t>(type, std::forward<Fn>(fn));
-}
+int32_t compute_type_of(int32_t type) { return is_16bit_float(type) ? TESS_ELEMENT_FLOAT32 : type; }
 
-void check_same_type(std::string_view op, const Tensor& a, const Tensor& b, const char* b_name) {
-    if (a.type != b.type) {
-        throw KernelError(std::string(op) + ": input " + b_name + " has element type " + std::to_string(b.type) +
-                          " but A has " + std::to_string(a.type));
+void check_same_type(std::string_view op, int32_t a_type, int32_t b_type, const char* b_name) {
+    if (a_type != b_type) {
+        throw KernelError(std::string(op) + ": input " + b_name + " has element type " + element_type_name(b_type) +
+                          " but A has " + element_type_name(a_type));
     }
 }
+
+// Input `index`, widened to float when the node binds it to a float16/bfloat16 constant (so that compute() does
+// not convert it on every run).
+class InputWithWidenedConstant {
+public:
+    InputWithWidenedConstant(const NodeInfo& info, size_t index) : index_(index) {
+        const std::optional<Tensor> constant = info.constant_tensor(index);
+        if (constant && is_16bit_float(constant->type)) {
+            model_type_ = constant->type;
+            widened_.emplace(WidenedTensor(*constant).tensor());
+        }
+    }
+
+    bool present(const KernelContext& ctx) const { return widened_ || ctx.has_input(index_); }
+    // The tensor to compute with, and the element type the model gives it.
+    const Tensor& tensor(const KernelContext& ctx) const { return widened_ ? widened_->tensor() : ctx.input(index_); }
+    int32_t model_type(const KernelContext& ctx) const { return widened_ ? model_type_ : ctx.input(index_).type; }
+
+private:
+    size_t index_;
+    int32_t model_type_ = TESS_ELEMENT_UNDEFINED;
+    std::optional<OwnedTensor> widened_;
+};
 
 // Y = alpha * A' * B' + beta * C.  Opsets 1-6 broadcast C only when the "broadcast" attribute says so; from opset 7
 // C broadcasts unidirectionally to [M, N]; from opset 11 C is optional.
@@ -32,14 +58,16 @@ public:
           trans_b_(info.attr_int("transB", 0) != 0),
           alpha_(info.attr_float("alpha", 1.0f)),
           beta_(info.attr_float("beta", 1.0f)),
-          broadcast_c_(info.opset() >= 7 || info.attr_int("broadcast", 0) != 0) {}
+          broadcast_c_(info.opset() >= 7 || info.attr_int("broadcast", 0) != 0),
+          b_(info, 1),
+          c_(info, 2) {}
 
     void compute(KernelContext& ctx) const override {
         const Tensor& A = ctx.input(0);
-        const Tensor& B = ctx.input(1);
-        const Tensor* C = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-        check_same_type("Gemm", A, B, "B");
-        if (C != nullptr) check_same_type("Gemm", A, *C, "C");
+        const Tensor& B = b_.tensor(ctx);
+        const Tensor* C = c_.present(ctx) ? &c_.tensor(ctx) : nullptr;
+        check_same_type("Gemm", A.type, b_.model_type(ctx), "B");
+        if (C != nullptr) check_same_type("Gemm", A.type, c_.model_type(ctx), "C");
         if (A.rank() != 2 || B.rank() != 2) {
             throw KernelError("Gemm: A and B must be 2-D (A " + shape_string(A.shape) + ", B " + shape_string(B.shape) +
                               ")");
@@ -57,18 +85,20 @@ public:
         if (C != nullptr) c_strides(C->shape, M, N, c_row_stride, c_col_stride);
 
         Tensor& Y = ctx.output(0, A.type, {M, N});
-        dispatch_gemm_type(A.type, [&]<typename T>() {
-            const T* a = A.ptr<T>();
-            const T* b = B.ptr<T>();
-            T* y = Y.ptr<T>();
+        ThreadPool& pool = ctx.pool();
+        dispatch_list(GemmTypes{}, compute_type_of(A.type), [&]<typename T>() {
+            const ConvertedInput<T> a(A, pool), b(B, pool);
+            const ConvertedInput<T> c = use_c ? ConvertedInput<T>(*C, pool) : ConvertedInput<T>();
+            ConvertedOutput<T> result(Y);
+            T* y = result.data();
             GemmEpilogue add_c;
             if (use_c) {
-                const T* c = C->ptr<T>();
+                const T* c_data = c.data();
                 const T beta = static_cast<T>(beta_);
                 add_c = [=](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
                     for (int64_t m = r0; m < r1; ++m) {
                         T* row = y + m * N;
-                        const T* crow = c + m * c_row_stride;
+                        const T* crow = c_data + m * c_row_stride;
                         if (c_col_stride == 0) {
                             const T v = beta * crow[0];
                             for (int64_t n = c0; n < c1; ++n) row[n] += v;
@@ -78,8 +108,9 @@ public:
                     }
                 };
             }
-            gemm<T>(ctx.pool(), trans_a_, trans_b_, M, N, K, static_cast<T>(alpha_), a, A.shape[1], b, B.shape[1], T(0),
-                    y, N, add_c);
+            gemm<T>(pool, trans_a_, trans_b_, M, N, K, static_cast<T>(alpha_), a.data(), A.shape[1], b.data(),
+                    B.shape[1], T(0), y, N, add_c);
+            result.finish(pool);
         });
     }
 
@@ -107,49 +138,63 @@ private:
     float alpha_;
     float beta_;
     bool broadcast_c_;
+    InputWithWidenedConstant b_;
+    InputWithWidenedConstant c_;
 };
 
 class MatMulKernel final : public Kernel {
 public:
-    explicit MatMulKernel(const NodeInfo&) {}
+    explicit MatMulKernel(const NodeInfo& info) : b_(info, 1) {}
 
     void compute(KernelContext& ctx) const override {
         const Tensor& A = ctx.input(0);
-        const Tensor& B = ctx.input(1);
-        check_same_type("MatMul", A, B, "B");
+        const Tensor& B = b_.tensor(ctx);
+        check_same_type("MatMul", A.type, b_.model_type(ctx), "B");
         const MatMulPlan plan = plan_matmul(A.shape, B.shape, "MatMul");
         Tensor& Y = ctx.output(0, A.type, plan.output_shape);
-        dispatch_gemm_type(A.type,
-                           [&]<typename T>() { run_matmul<T>(ctx.pool(), plan, A.ptr<T>(), B.ptr<T>(), Y.ptr<T>()); });
+        ThreadPool& pool = ctx.pool();
+        dispatch_list(GemmTypes{}, compute_type_of(A.type), [&]<typename T>() {
+            const ConvertedInput<T> a(A, pool), b(B, pool);
+            ConvertedOutput<T> y(Y);
+            run_matmul<T>(pool, plan, a.data(), b.data(), y.data());
+            y.finish(pool);
+        });
     }
+
+private:
+    InputWithWidenedConstant b_;
 };
 
 }  // namespace
 
 void register_gemm_kernels(KernelRegistry& registry) {
+    // Opsets 1-8 define float16, float and double; opset 9 adds 32/64-bit integers, opset 13 bfloat16 (accepted
+    // for every opset: it is computed like float16).
+    const std::vector<int32_t> legacy_types = type_ids_with_16bit_floats(FloatTypes{});
+    const std::vector<int32_t> gemm_types = type_ids_with_16bit_floats(GemmTypes{});
     registry.add({"",
                   "Gemm",
                   1,
                   8,
-                  {{0, types::kFloats}, {1, types::kFloats}, {2, types::kFloats}},
+                  {{0, legacy_types}, {1, legacy_types}, {2, legacy_types}},
                   KernelMemory::Normal,
                   make_factory<GemmKernel>()});
     registry.add({"",
                   "Gemm",
                   9,
                   0,
-                  {{0, kGemmTypes}, {1, kGemmTypes}, {2, kGemmTypes}},
+                  {{0, gemm_types}, {1, gemm_types}, {2, gemm_types}},
                   KernelMemory::Normal,
                   make_factory<GemmKernel>()});
     registry.add({"",
                   "MatMul",
                   1,
                   8,
-                  {{0, types::kFloats}, {1, types::kFloats}},
+                  {{0, legacy_types}, {1, legacy_types}},
                   KernelMemory::Normal,
                   make_factory<MatMulKernel>()});
     registry.add(
-        {"", "MatMul", 9, 0, {{0, kGemmTypes}, {1, kGemmTypes}}, KernelMemory::Normal, make_factory<MatMulKernel>()});
+        {"", "MatMul", 9, 0, {{0, gemm_types}, {1, gemm_types}}, KernelMemory::Normal, make_factory<MatMulKernel>()});
 }
 
 }  // namespace tessera::cpu

@@ -1030,7 +1030,6 @@ std::string check_batch_norm(const Node& n) {
     return no_outputs_beyond(n, 1, "a training output");
 }
 
-Shape const_ints_or_empty(const TessValueView* v) { return is_constant(v) ? constant_ints(v->constant) : Shape{}; }
 
 const std::unordered_map<std::string, OpEntry>& registry() {
     static const std::unordered_map<std::string, OpEntry> table = [] {
