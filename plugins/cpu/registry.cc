@@ -21,6 +21,7 @@ void register_all_kernels(KernelRegistry& registry) {
     register_signal_kernels(registry);
     register_resize_kernels(registry);
     register_image_kernels(registry);
+    register_image_decoder_kernels(registry);
     register_loss_kernels(registry);
     register_quantize_kernels(registry);
     register_math_kernels(registry);

@@ -97,7 +97,7 @@ inline std::unique_ptr<HarnessValue> make_tensor_value(int32_t type, const Shape
     if (type == TESS_ELEMENT_STRING) {
         v->strings.assign(count, std::string());
     } else {
-        v->bytes.assign(count * harness_element_size(type), fill);
+        v->bytes.assign(element_bytes(type, count), fill);  // packed sub-byte types included
     }
     return v;
 }

@@ -25,6 +25,7 @@ void register_rnn_kernels(KernelRegistry& registry);           // kernels/rnn.cc
 void register_signal_kernels(KernelRegistry& registry);        // kernels/signal.cc: DFT, STFT, windows, MelWeightMatrix
 void register_resize_kernels(KernelRegistry& registry);        // kernels/resize.cc: Resize, Upsample
 void register_image_kernels(KernelRegistry& registry);         // kernels/image.cc: GridSample, RoiAlign, NMS, ...
+void register_image_decoder_kernels(KernelRegistry& registry); // kernels/image_decoder.cc: ImageDecoder
 void register_loss_kernels(KernelRegistry& registry);           // kernels/loss.cc: NLL and softmax cross-entropy
 void register_quantize_kernels(KernelRegistry& registry);      // kernels/quantize.cc: (De)QuantizeLinear, QLinear*, *Integer
 void register_math_kernels(KernelRegistry& registry);          // kernels/math_ops.cc: Einsum, Det, CumProd, LpNormalization, Swish

@@ -348,8 +348,11 @@ private:
 }  // namespace
 
 void register_control_flow_kernels(KernelRegistry& registry) {
-    registry.add({"", "If", 1, 0, {}, KernelMemory::Normal, make_factory<IfKernel>()});
-    registry.add({"", "Loop", 1, 0, {}, KernelMemory::Normal, make_factory<LoopKernel>()});
+    // The condition is one bool and Loop's trip count one int64 (read as such).
+    const std::vector<int32_t> bools{TESS_ELEMENT_BOOL};
+    const std::vector<int32_t> int64s{TESS_ELEMENT_INT64};
+    registry.add({"", "If", 1, 0, {{0, bools}}, KernelMemory::Normal, make_factory<IfKernel>()});
+    registry.add({"", "Loop", 1, 0, {{0, int64s}, {1, bools}}, KernelMemory::Normal, make_factory<LoopKernel>()});
     registry.add({"", "Scan", 8, 0, {}, KernelMemory::Normal, make_factory<ScanKernel>()});
     registry.add({"", "SequenceMap", 17, 0, {}, KernelMemory::Normal, make_factory<SequenceMapKernel>()});
 }

@@ -555,8 +555,9 @@ void register_elementwise_kernels(KernelRegistry& registry) {
     add_binary<BitwiseOrOp, IntTypes>(registry, "BitwiseOr", 18, 0, {{0, ints}, {1, ints}});
     add_binary<BitwiseXorOp, IntTypes>(registry, "BitwiseXor", 18, 0, {{0, ints}, {1, ints}});
 
-    // Where takes any fixed-size element type.
-    add(registry, "Where", 9, 0, {{0, bools}}, make_factory<WhereKernel>());
+    // Where takes any element type of 1, 2, 4 or 8 bytes.
+    const auto selectable = element_types_where([](int32_t type) { return fixed_element_size(type) != 0; });
+    add(registry, "Where", 9, 0, {{0, bools}, {1, selectable}, {2, selectable}}, make_factory<WhereKernel>());
 }
 
 }  // namespace tessera::cpu

@@ -9,10 +9,14 @@
 // cannot be decoded (corrupt stream, unknown format) yields an empty matrix, so decoding failures give a (0, 0, C)
 // output; only a wrongly typed or shaped input tensor is a KernelError.
 #include <algorithm>
+#include <array>
 #include <bit>
+#include <cmath>
 #include <csetjmp>
 #include <cstdarg>
 #include <cstdio>  // jpeglib.h needs FILE and size_t declared first
+#include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,9 +54,13 @@ struct RgbImage {
     uint8_t* row(int64_t y) { return pixels.data() + y * width * 3; }
 };
 
-RgbImage allocate_rgb(int64_t width, int64_t height, const char* format) {
+void check_dimensions(int64_t width, int64_t height, const char* format) {
     if (width <= 0 || height <= 0) fail(std::string(format) + ": image has no pixels");
     if (width > kMaxPixels / height) fail(std::string(format) + ": image too large");
+}
+
+RgbImage allocate_rgb(int64_t width, int64_t height, const char* format) {
+    check_dimensions(width, height, format);
     RgbImage image;
     image.width = width;
     image.height = height;
@@ -176,8 +184,7 @@ RgbImage decode_bmp(Bytes data) {
     } else {
         fail("BMP: unsupported header size " + std::to_string(header_size));
     }
-    if (width <= 0 || height <= 0) fail("BMP: invalid dimensions");
-    RgbImage image = allocate_rgb(width, height, "BMP");
+    check_dimensions(width, height, "BMP");
 
     Palette palette{};
     if (bits <= 8) {
@@ -196,6 +203,7 @@ RgbImage decode_bmp(Bytes data) {
     if (compression == kRle8 || compression == kRle4) {
         if (bits != (compression == kRle8 ? 8u : 4u)) fail("BMP: RLE compression with wrong bit depth");
         const std::vector<uint8_t> indices = decode_bmp_rle(data, pixel_offset, width, height, compression == kRle4);
+        RgbImage image = allocate_rgb(width, height, "BMP");
         for (int64_t y = 0; y < height; ++y) {
             const uint8_t* in = indices.data() + (top_down ? y : height - 1 - y) * width;
             uint8_t* out = image.row(y);
@@ -221,6 +229,7 @@ RgbImage decode_bmp(Bytes data) {
     if (pixel_offset > data.size() ||
         static_cast<int64_t>(data.size() - pixel_offset) < (height - 1) * stride + last_row_bytes)
         fail("BMP: truncated pixel data");
+    RgbImage image = allocate_rgb(width, height, "BMP");
     const size_t bytes_per_pixel = bits / 8;
     for (int64_t y = 0; y < height; ++y) {
         const uint8_t* in = data.data() + pixel_offset + (top_down ? y : height - 1 - y) * stride;
@@ -281,13 +290,16 @@ public:
         if (at_ >= data_.size() || !is_space(data_[at_])) fail("PNM: malformed header");
         ++at_;
     }
+    size_t remaining() const { return data_.size() - at_; }
     Bytes raster(size_t count) {
         if (data_.size() - at_ < count) fail("PNM: truncated pixel data");
         return data_.subspan(at_, count);
     }
 
 private:
-    static bool is_space(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+    static bool is_space(uint8_t c) {
+        return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+    }
 
     Bytes data_;
     size_t at_;
@@ -304,35 +316,43 @@ RgbImage decode_pnm(Bytes data) {
     const uint32_t maxval = bitmap ? 1 : reader.number(65535);
     if (maxval == 0) fail("PNM: maxval is 0");
     if (!plain) reader.end_header();
+    check_dimensions(width, height, "PNM");
+    const int64_t samples = width * height * channels;
+    const int64_t row_bytes = (width + 7) / 8;  // raw PBM
+    const size_t sample_bytes = maxval > 255 ? 2 : 1;
+    // Every plain sample takes at least one byte: the raster must be there before the image is allocated.
+    const size_t needed = plain    ? size_t(samples)
+                          : bitmap ? size_t(row_bytes * height)
+                                   : size_t(samples) * sample_bytes;
+    if (reader.remaining() < needed) fail("PNM: truncated pixel data");
     RgbImage image = allocate_rgb(width, height, "PNM");
 
     // Samples scale to 8 bits as Pillow does: round(v / maxval * 255), ties to even; values above maxval clip.
     std::vector<uint8_t> scale(maxval + 1);
     for (uint32_t v = 0; v <= maxval; ++v)
         scale[v] = bitmap ? (v ? 0 : 255) : static_cast<uint8_t>(std::nearbyint(double(v) / maxval * 255.0));
-    const auto scaled = [&](uint32_t v) { return scale[std::min(v, maxval)]; };
-
-    const int64_t samples = width * height * channels;
-    std::vector<uint8_t> values(static_cast<size_t>(samples));
+    const auto store = [&](int64_t sample, uint32_t v) {
+        const uint8_t value = scale[std::min(v, maxval)];
+        if (channels == 3) {
+            image.pixels[size_t(sample)] = value;
+        } else {
+            std::fill_n(image.pixels.data() + 3 * sample, 3, value);
+        }
+    };
     if (plain) {
-        for (int64_t i = 0; i < samples; ++i) values[size_t(i)] = scaled(bitmap ? reader.bit() : reader.number(UINT32_MAX));
+        for (int64_t i = 0; i < samples; ++i) store(i, bitmap ? reader.bit() : reader.number(UINT32_MAX));
     } else if (bitmap) {
-        const int64_t row_bytes = (width + 7) / 8;
-        Bytes raster = reader.raster(static_cast<size_t>(row_bytes * height));
+        Bytes raster = reader.raster(needed);
         for (int64_t y = 0; y < height; ++y)
             for (int64_t x = 0; x < width; ++x)
-                values[size_t(y * width + x)] = scaled((raster[size_t(y * row_bytes + x / 8)] >> (7 - x % 8)) & 1);
+                store(y * width + x, (raster[size_t(y * row_bytes + x / 8)] >> (7 - x % 8)) & 1);
     } else {
-        const size_t sample_bytes = maxval > 255 ? 2 : 1;
-        Bytes raster = reader.raster(static_cast<size_t>(samples) * sample_bytes);
+        Bytes raster = reader.raster(needed);
         for (int64_t i = 0; i < samples; ++i) {
             const size_t at = size_t(i) * sample_bytes;
-            values[size_t(i)] = scaled(sample_bytes == 2 ? uint32_t{raster[at]} << 8 | raster[at + 1] : raster[at]);
+            store(i, sample_bytes == 2 ? uint32_t{raster[at]} << 8 | raster[at + 1] : raster[at]);
         }
     }
-    for (int64_t p = 0; p < width * height; ++p)
-        for (int c = 0; c < 3; ++c)
-            image.pixels[size_t(p * 3 + c)] = values[size_t(p * channels + (channels == 3 ? c : 0))];
     return image;
 }
 
@@ -362,7 +382,8 @@ void cmyk_to_rgb(const uint8_t* cmyk, uint8_t* rgb, int64_t width) {
     };
     for (int64_t x = 0; x < width; ++x, cmyk += 4, rgb += 3) {
         const int nk = cmyk[3];  // 255 - k after the inversion
-        for (int c = 0; c < 3; ++c) rgb[c] = static_cast<uint8_t>(std::clamp(nk - muldiv255(255 - cmyk[c], nk), 0, 255));
+        for (int c = 0; c < 3; ++c)
+            rgb[c] = static_cast<uint8_t>(std::clamp(nk - muldiv255(255 - cmyk[c], nk), 0, 255));
     }
 }
 
@@ -506,7 +527,8 @@ tmsize_t tiff_write(thandle_t, void*, tmsize_t) { return -1; }
 toff_t tiff_seek(thandle_t handle, toff_t offset, int whence) {
     auto* cursor = static_cast<MemoryCursor*>(handle);
     const uint64_t base = whence == SEEK_CUR ? cursor->at : whence == SEEK_END ? cursor->data.size() : 0;
-    const uint64_t target = base + offset;  // toff_t is unsigned: a negative offset wraps and lands out of range
+    // Unsigned arithmetic also serves a negative SEEK_CUR offset; one before the start wraps to a huge value.
+    const uint64_t target = base + offset;
     if (target > cursor->data.size()) return static_cast<toff_t>(-1);
     cursor->at = static_cast<size_t>(target);
     return target;
@@ -532,8 +554,8 @@ bool read_tiff_rgb_strips(TIFF* tif, RgbImage& image) {
     TIFFGetFieldDefaulted(tif, TIFFTAG_BITSPERSAMPLE, &bits);
     TIFFGetFieldDefaulted(tif, TIFFTAG_SAMPLESPERPIXEL, &samples);
     TIFFGetFieldDefaulted(tif, TIFFTAG_PLANARCONFIG, &planar);
-    if (photometric != PHOTOMETRIC_RGB || bits != 8 || samples < 3 || planar != PLANARCONFIG_CONTIG ||
-        TIFFIsTiled(tif))
+    if (photometric != PHOTOMETRIC_RGB || bits != 8 || (samples != 3 && samples != 4) ||
+        planar != PLANARCONFIG_CONTIG || TIFFIsTiled(tif))
         return false;
     uint32_t rows_per_strip = 0;
     TIFFGetFieldDefaulted(tif, TIFFTAG_ROWSPERSTRIP, &rows_per_strip);
@@ -671,7 +693,7 @@ RgbImage decode_jpeg2000(Bytes data, bool codestream) {
     std::unique_ptr<opj_image_t, OpjImageFree> owned(header);
     // Refuse oversized images before opj_decode allocates the component planes.
     if (header->numcomps == 0 || header->x1 <= header->x0 || header->y1 <= header->y0) fail("JPEG 2000: no pixels");
-    allocate_rgb(int64_t{header->x1} - header->x0, int64_t{header->y1} - header->y0, "JPEG 2000");
+    check_dimensions(int64_t{header->x1} - header->x0, int64_t{header->y1} - header->y0, "JPEG 2000");
     if (!opj_decode(codec.get(), stream.get(), header) || !opj_end_decompress(codec.get(), stream.get()))
         fail("JPEG 2000: corrupt or truncated stream");
 
@@ -717,7 +739,8 @@ RgbImage decode_image(Bytes data) {
     if (starts_with(data, {'I', 'I', 0x2A, 0x00}) || starts_with(data, {'M', 'M', 0x00, 0x2A}) ||
         starts_with(data, {'I', 'I', 0x2B, 0x00}) || starts_with(data, {'M', 'M', 0x00, 0x2B}))
         return decode_tiff(data);
-    if (data.size() >= 12 && starts_with(data, {'R', 'I', 'F', 'F'}) && std::equal(data.begin() + 8, data.begin() + 12, "WEBP"))
+    if (data.size() >= 12 && starts_with(data, {'R', 'I', 'F', 'F'}) &&
+        std::equal(data.begin() + 8, data.begin() + 12, "WEBP"))
         return decode_webp(data);
     if (starts_with(data, {0x00, 0x00, 0x00, 0x0C, 'j', 'P', ' ', ' ', 0x0D, 0x0A, 0x87, 0x0A}))
         return decode_jpeg2000(data, /*codestream=*/false);

@@ -23,6 +23,7 @@
 #include "util/gemm.h"
 #include "util/im2col.h"
 #include "util/int8_gemm.h"
+#include "util/type_list.h"
 #include "util/vec_math.h"
 
 namespace tessera::cpu {
@@ -1061,6 +1062,16 @@ struct QuantizeVersion {
 };
 
 void add_quantize_linear(KernelRegistry& registry) {
+    // The types compute() accepts, from the predicates it checks them with.
+    const auto quantized = element_types_where(is_quantized_type);
+    const auto quantize_inputs =
+        element_types_where([](int32_t t) { return is_float_type(t) || t == TESS_ELEMENT_INT32; });
+    const auto quantize_scales = element_types_where(
+        [](int32_t t) { return is_float_type(t) || t == TESS_ELEMENT_INT32 || t == TESS_ELEMENT_FLOAT8E8M0; });
+    const auto dequantize_inputs =
+        element_types_where([](int32_t t) { return is_quantized_type(t) || t == TESS_ELEMENT_INT32; });
+    const auto dequantize_scales =
+        element_types_where([](int32_t t) { return is_float_type(t) || t == TESS_ELEMENT_FLOAT8E8M0; });
     const QuantizeVersion versions[] = {
         {10, 12, {}, {}},
         {13, 18, {.per_axis = true}, {.per_axis = true}},
@@ -1079,7 +1090,7 @@ void add_quantize_linear(KernelRegistry& registry) {
                                .op_type = "QuantizeLinear",
                                .since_version = v.since,
                                .end_version = v.end,
-                               .input_types = {},
+                               .input_types = {{0, quantize_inputs}, {1, quantize_scales}, {2, quantized}},
                                .memory = KernelMemory::Normal,
                                .factory = [features = v.quantize](const NodeInfo& info) -> std::unique_ptr<Kernel> {
                                    return std::make_unique<QuantizeLinearKernel>(info, features);
@@ -1088,7 +1099,7 @@ void add_quantize_linear(KernelRegistry& registry) {
                                .op_type = "DequantizeLinear",
                                .since_version = v.since,
                                .end_version = v.end,
-                               .input_types = {},
+                               .input_types = {{0, dequantize_inputs}, {1, dequantize_scales}, {2, dequantize_inputs}},
                                .memory = KernelMemory::Normal,
                                .factory = [features = v.dequantize](const NodeInfo& info) -> std::unique_ptr<Kernel> {
                                    return std::make_unique<DequantizeLinearKernel>(info, features);

@@ -14,6 +14,7 @@
 #include "util/axes.h"
 #include "util/data_movement.h"
 #include "util/element_convert.h"
+#include "util/type_list.h"
 #include "util/values.h"
 
 namespace tessera::cpu {
@@ -536,7 +537,13 @@ void register_shape_kernels(KernelRegistry& registry) {
                   {{0, {TESS_ELEMENT_INT64}}},
                   KernelMemory::Normal,
                   make_factory<ConstantOfShapeKernel>()});
-    registry.add({"", "EyeLike", 9, 0, {}, KernelMemory::Normal, make_factory<EyeLikeKernel>()});
+    registry.add({"",
+                  "EyeLike",
+                  9,
+                  0,
+                  {{0, element_types_where(convert::is_value_type)}},
+                  KernelMemory::Normal,
+                  make_factory<EyeLikeKernel>()});
     registry.add({"",
                   "Range",
                   11,

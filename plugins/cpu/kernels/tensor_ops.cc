@@ -18,6 +18,7 @@
 #include "util/broadcast.h"
 #include "util/data_movement.h"
 #include "util/element_convert.h"
+#include "util/type_list.h"
 #include "util/values.h"
 
 namespace tessera::cpu {
@@ -1219,16 +1220,16 @@ void register_tensor_kernels(KernelRegistry& registry) {
     add("Pad", 1, 0, make_factory<PadKernel>());
     add("Tile", 6, 0, make_factory<TileKernel>(), {{1, {TESS_ELEMENT_INT64}}});
     add("Expand", 8, 0, make_factory<ExpandKernel>(), {{1, {TESS_ELEMENT_INT64}}});
-    std::vector<int32_t> castable_types;
-    for (int32_t type = TESS_ELEMENT_FLOAT32; type <= TESS_ELEMENT_INT2; ++type)  // every element type ONNX defines
-        if (castable(type)) castable_types.push_back(type);
+    const std::vector<int32_t> castable_types = element_types_where(castable);
     add("Cast", 1, 0, make_factory<CastKernel>(), {{0, castable_types}});
     add("CastLike", 15, 0, make_factory<CastLikeKernel>(), {{0, castable_types}, {1, castable_types}});
     add("Trilu", 14, 0, make_factory<TriluKernel>(), {}, kInPlace);
     add("DepthToSpace", 1, 0, make_factory<DepthToSpaceKernel>());
     add("SpaceToDepth", 1, 0, make_factory<SpaceToDepthKernel>());
-    add("OneHot", 9, 0, make_factory<OneHotKernel>());
-    add("NonZero", 9, 0, make_factory<NonZeroKernel>());
+    // OneHot reads indices and depth as numbers; NonZero dispatches on the value types.
+    const std::vector<int32_t> value_types = element_types_where(convert::is_value_type);
+    add("OneHot", 9, 0, make_factory<OneHotKernel>(), {{0, value_types}, {1, value_types}});
+    add("NonZero", 9, 0, make_factory<NonZeroKernel>(), {{0, value_types}});
     add("TopK", 1, 0, make_factory<TopKKernel>(), {{0, sortable}});
     add("CumSum", 11, 0, make_factory<CumSumKernel>(), {{0, summable}, {1, index_types}}, kInPlace);
 }

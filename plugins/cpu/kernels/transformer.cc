@@ -1096,8 +1096,12 @@ void register_transformer_kernels(KernelRegistry& registry) {
     const std::vector<int32_t> floats = type_ids_with_16bit_floats(FloatTypes{});
     const std::vector<int32_t> float32_and_16bit = type_ids_with_16bit_floats(TypeList<float>{});
     const std::vector<std::pair<size_t, std::vector<int32_t>>> qkv{{0, floats}, {1, floats}, {2, floats}};
-    registry.add({"", "Attention", 23, 23, qkv, KernelMemory::Normal, make_factory<AttentionKernel>()});
-    registry.add({"", "Attention", 24, 0, qkv, KernelMemory::Normal, make_factory<AttentionKernel>()});
+    // attn_mask is bool or any number (converted to the compute type); the caches have Q's types.
+    auto attention_inputs = qkv;
+    attention_inputs.insert(attention_inputs.end(),
+                            {{3, element_types_where(convert::is_value_type)}, {4, floats}, {5, floats}});
+    registry.add({"", "Attention", 23, 23, attention_inputs, KernelMemory::Normal, make_factory<AttentionKernel>()});
+    registry.add({"", "Attention", 24, 0, attention_inputs, KernelMemory::Normal, make_factory<AttentionKernel>()});
     registry.add({"ai.onnx.preview", "FlexAttention", 1, 0, qkv, KernelMemory::Normal,
                   make_factory<FlexAttentionKernel>()});
     registry.add({"", "RotaryEmbedding", 23, 0, {{0, float32_and_16bit}, {1, float32_and_16bit}},

@@ -36,6 +36,16 @@ template <typename... Ts> std::vector<int32_t> type_ids_with_16bit_floats(TypeLi
     return ids;
 }
 
+// Registration ids of every element type ONNX defines for which `accepts(type)` holds: for kernels whose support
+// is decided by a property of the type (its size, a conversion it goes through), registered with the very
+// predicate compute() checks.
+template <typename Accepts> std::vector<int32_t> element_types_where(Accepts accepts) {
+    std::vector<int32_t> ids;
+    for (int32_t type = TESS_ELEMENT_FLOAT32; type <= TESS_ELEMENT_INT2; ++type)
+        if (accepts(type)) ids.push_back(type);
+    return ids;
+}
+
 using FloatTypes = TypeList<float, double>;
 using SignedIntTypes = TypeList<int8_t, int16_t, int32_t, int64_t>;
 using UnsignedIntTypes = TypeList<uint8_t, uint16_t, uint32_t, uint64_t>;

@@ -152,7 +152,7 @@ TessStatus* compile(TessProviderInstance* instance, const TessGraphView* graph, 
 void release_compiled(TessCompiled* compiled) {
     try {
         CompiledGraph* graph = &compiled_of(compiled);
-        DeviceScope scope(graph->instance.device);
+        DeviceScope scope(graph->instance.device, true);
         delete graph;
     } catch (...) {
     }

@@ -79,13 +79,18 @@ Config Config::parse(const TessProviderOptions* options) {
     return c;
 }
 
-DeviceScope::DeviceScope(int device) {
+DeviceScope::DeviceScope(int device, bool nothrow) {
     if (cudaGetDevice(&previous_) != cudaSuccess) {
         cudaGetLastError();
         previous_ = -1;
     }
     if (previous_ != device) {
-        check_cuda(cudaSetDevice(device), "cudaSetDevice");
+        const cudaError_t status = cudaSetDevice(device);
+        if (status != cudaSuccess && nothrow) {
+            cudaGetLastError();
+            return;
+        }
+        check_cuda(status, "cudaSetDevice");
         changed_ = true;
     }
 }
@@ -123,7 +128,7 @@ Instance::Instance(const Config& cfg) : config(cfg), device(cfg.device), arena(c
 }
 
 Instance::~Instance() {
-    DeviceScope scope(device);
+    DeviceScope scope(device, true);
     if (stream != nullptr) cudaStreamSynchronize(stream);
     for (int i = 0; i < 2; ++i) {
         if (staging_done_[i] != nullptr) cudaEventDestroy(staging_done_[i]);
@@ -134,7 +139,11 @@ Instance::~Instance() {
     if (stream != nullptr) cudaStreamDestroy(stream);
     const ArenaStats s = arena.stats();
     arena.release_all();  // while the device is current
-    host().log(TESS_LOG_INFO, "cuda", ("instance on device " + std::to_string(device) + " released: " + s.to_string()).c_str());
+    try {
+        const std::string line = "instance on device " + std::to_string(device) + " released: " + s.to_string();
+        host().log(TESS_LOG_INFO, "cuda", line.c_str());
+    } catch (...) {
+    }
 }
 
 std::shared_ptr<void> Instance::allocate_shared(size_t bytes) {

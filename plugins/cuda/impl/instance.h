@@ -34,7 +34,8 @@ struct Config {
 // Makes the instance's device current on the calling thread for a scope, restoring the previous one.
 class DeviceScope {
 public:
-    explicit DeviceScope(int device);
+    // Throws when the device cannot be made current, unless `nothrow` (for destructors).
+    explicit DeviceScope(int device, bool nothrow = false);
     ~DeviceScope();
     DeviceScope(const DeviceScope&) = delete;
     DeviceScope& operator=(const DeviceScope&) = delete;

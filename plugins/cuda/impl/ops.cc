@@ -519,9 +519,11 @@ struct ConvStep final : Step {
                     "cudnnSetConvolutionNdDescriptor");
         check_cudnn(cudnnSetConvolutionGroupCount(p->conv, to_int(group, *this, "group")),
                     "cudnnSetConvolutionGroupCount");
+        // float32: TF32 tensor cores only when allowed (CUDNN_DEFAULT_MATH permits them); float16: tensor cores.
         const bool fma_only = t == DType::F32 && !r.dev.config.tf32;
-        check_cudnn(cudnnSetConvolutionMathType(p->conv, fma_only ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH),
-                    "cudnnSetConvolutionMathType");
+        const cudnnMathType_t math =
+            t == DType::F16 ? CUDNN_TENSOR_OP_MATH : (fma_only ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH);
+        check_cudnn(cudnnSetConvolutionMathType(p->conv, math), "cudnnSetConvolutionMathType");
 
         std::vector<int> check(nd);
         check_cudnn(cudnnGetConvolutionNdForwardOutputDim(p->conv, p->x, p->w, nd, check.data()),
@@ -538,18 +540,22 @@ struct ConvStep final : Step {
         cudnnConvolutionFwdAlgoPerf_t perf[kCount];
         int returned = 0;
         if (r.dev.config.exhaustive_conv_search) {
-            // Benchmarks the algorithms on the real buffers (y is overwritten by the real run afterwards).
-            std::shared_ptr<void> workspace;
-            size_t size = budget;
-            while (workspace == nullptr && size > 0) {
-                try {
-                    workspace = r.dev.allocate_shared(size);
-                } catch (const Error&) {
-                    size = size > (size_t{16} << 20) ? size / 4 : 0;
+            // Benchmarks the algorithms on the real buffers (y is overwritten by the real run afterwards).  The search
+            // workspace comes straight from the driver and goes back at once, so the arena does not keep it.
+            struct Scratch {
+                void* p = nullptr;
+                ~Scratch() {
+                    if (p != nullptr) cudaFree(p);
                 }
+            } workspace;
+            size_t size = budget;
+            while (size > 0 && cudaMalloc(&workspace.p, size) != cudaSuccess) {
+                cudaGetLastError();
+                workspace.p = nullptr;
+                size = size > (size_t{16} << 20) ? size / 4 : 0;
             }
             check_cudnn(cudnnFindConvolutionForwardAlgorithmEx(r.dev.cudnn, p->x, x.data, p->w, w.data, p->conv, p->y,
-                                                               y.data, kCount, &returned, perf, workspace.get(), size),
+                                                               y.data, kCount, &returned, perf, workspace.p, size),
                         "cudnnFindConvolutionForwardAlgorithmEx");
             budget = size;
         } else {
