@@ -73,6 +73,18 @@ struct EnvFlags {
     static const char* help();
 };
 
+// The options of the commands that create a session (--providers, --strict, --threads, --optimization).
+struct SessionFlags {
+    std::vector<std::string> providers;
+    bool strict = false;
+    int threads = -1;       // -1: the session's default
+    int optimization = -1;  // -1: the session's default
+
+    // Consumes one of the flags above when it is next.
+    bool parse(Args& args);
+    void apply(SessionOptions& options) const;
+};
+
 // Subcommands: each returns the exit status and throws UsageError / tessera::Error / std::exception.
 int run_command(Args& args);
 int plugins_command(Args& args);

@@ -38,6 +38,7 @@ constexpr const char* kInspectHelp =
     "  --providers A,B     provider priority list, most preferred first (default: every usable one, CPU last)\n"
     "  --strict            no fallback: an unclaimed node or an unusable listed provider is an error\n"
     "  --optimization N    0 disables the graph optimizer, 1 (default) runs it\n"
+    "  --threads N         intra-op threads of the session (default 1: inspect runs nothing)\n"
     "  --json              print the report as one JSON object\n"
     "  --dot FILE          write the plan as a Graphviz graph: partitions colored by provider, tensors between\n"
     "                      them as edges, boundary copies as dashed red edges labelled 'copy'\n"
@@ -45,9 +46,7 @@ constexpr const char* kInspectHelp =
 
 struct InspectFlags {
     std::optional<std::string> model;
-    std::vector<std::string> providers;
-    bool strict = false;
-    int optimization = -1;
+    SessionFlags session;
     bool json = false;
     std::string dot_file;
     std::string svg_file;
@@ -57,23 +56,16 @@ struct InspectFlags {
 
 InspectFlags parse_flags(Args& args) {
     InspectFlags flags;
-    std::string value;
     while (!args.done()) {
         if (args.flag("-h") || args.flag("--help")) {
             flags.help = true;
             return flags;
         }
-        if (flags.env.parse(args) || args.option("--dot", flags.dot_file) || args.option("--svg", flags.svg_file))
+        if (flags.env.parse(args) || flags.session.parse(args) || args.option("--dot", flags.dot_file) ||
+            args.option("--svg", flags.svg_file))
             continue;
-        if (args.option("--providers", value)) {
-            flags.providers = split_list(value);
-            if (flags.providers.empty()) throw UsageError("option '--providers' needs at least one name");
-        } else if (args.flag("--strict")) {
-            flags.strict = true;
-        } else if (args.flag("--json")) {
+        if (args.flag("--json")) {
             flags.json = true;
-        } else if (args.option("--optimization", value)) {
-            flags.optimization = parse_int("--optimization", value, 0, 1);
         } else if (args.at_option()) {
             throw UsageError("unknown option '" + args.peek() + "' for 'inspect' (try 'tessera inspect --help')");
         } else if (flags.model) {
@@ -473,13 +465,11 @@ int inspect_command(Args& args) {
     Env env(flags.env.options());
     Outcome outcome;
     outcome.model = *flags.model;
-    outcome.strict = flags.strict;
-    outcome.requested = flags.providers.empty() ? env.providers() : flags.providers;
+    outcome.strict = flags.session.strict;
+    outcome.requested = flags.session.providers.empty() ? env.providers() : flags.session.providers;
     SessionOptions options;
-    if (!flags.providers.empty()) options.providers(flags.providers);
-    if (flags.strict) options.strict(true);
-    if (flags.optimization >= 0) options.optimization_level(flags.optimization);
-    options.intra_op_threads(1);  // nothing runs; compile needs no pool
+    flags.session.apply(options);
+    if (flags.session.threads < 0) options.intra_op_threads(1);  // nothing runs; compile needs no big pool
     try {
         Session session(env, *flags.model, &options);
         outcome.plan = make_plan(session);

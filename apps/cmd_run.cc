@@ -38,10 +38,7 @@ struct RunFlags {
     std::optional<std::string> model;
     std::string inputs_dir;
     std::string outputs_dir;
-    std::vector<std::string> providers;
-    bool strict = false;
-    int threads = -1;       // -1: the session's default
-    int optimization = -1;  // -1: the session's default
+    SessionFlags session;
     int shown_values = 6;
     EnvFlags env;
     bool help = false;
@@ -56,18 +53,9 @@ RunFlags parse_flags(Args& args) {
             return flags;
         }
         if (args.option("--inputs", flags.inputs_dir) || args.option("--outputs", flags.outputs_dir) ||
-            flags.env.parse(args))
+            flags.env.parse(args) || flags.session.parse(args))
             continue;
-        if (args.option("--providers", value)) {
-            flags.providers = split_list(value);
-            if (flags.providers.empty()) throw UsageError("option '--providers' needs at least one name");
-        } else if (args.flag("--strict")) {
-            flags.strict = true;
-        } else if (args.option("--threads", value)) {
-            flags.threads = parse_int("--threads", value, 0, 4096);
-        } else if (args.option("--optimization", value)) {
-            flags.optimization = parse_int("--optimization", value, 0, 1);
-        } else if (args.option("--values", value)) {
+        if (args.option("--values", value)) {
             flags.shown_values = parse_int("--values", value, 0, 1000000);
         } else if (args.at_option()) {
             throw UsageError("unknown option '" + args.peek() + "' for 'run' (try 'tessera run --help')");
@@ -104,10 +92,7 @@ std::vector<ValueInfo> inputs_to_feed(const RunFlags& flags) {
 
 Session open_session(Env& env, const RunFlags& flags) {
     SessionOptions options;
-    if (!flags.providers.empty()) options.providers(flags.providers);
-    if (flags.strict) options.strict(true);
-    if (flags.threads >= 0) options.intra_op_threads(flags.threads);
-    if (flags.optimization >= 0) options.optimization_level(flags.optimization);
+    flags.session.apply(options);
     try {
         if (flags.model) return Session(env, *flags.model, &options);
         return Session::from_bytes(env, tessera_default_model, tessera_default_model_size, "", &options);

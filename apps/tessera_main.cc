@@ -82,6 +82,35 @@ EnvOptions EnvFlags::options() const {
     return options;
 }
 
+bool SessionFlags::parse(Args& args) {
+    std::string value;
+    if (args.option("--providers", value)) {
+        providers = split_list(value);
+        if (providers.empty()) throw UsageError("option '--providers' needs at least one name");
+        return true;
+    }
+    if (args.flag("--strict")) {
+        strict = true;
+        return true;
+    }
+    if (args.option("--threads", value)) {
+        threads = parse_int("--threads", value, 0, 4096);
+        return true;
+    }
+    if (args.option("--optimization", value)) {
+        optimization = parse_int("--optimization", value, 0, 1);
+        return true;
+    }
+    return false;
+}
+
+void SessionFlags::apply(SessionOptions& options) const {
+    if (!providers.empty()) options.providers(providers);
+    if (strict) options.strict(true);
+    if (threads >= 0) options.intra_op_threads(threads);
+    if (optimization >= 0) options.optimization_level(optimization);
+}
+
 const char* EnvFlags::help() {
     return "  --plugin-path DIRS     also search these colon-separated directories for plugins\n"
            "  --no-default-plugins   search only --plugin-path (not <libdir>/tessera/plugins, TESSERA_PLUGIN_PATH)\n"
