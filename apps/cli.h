@@ -60,6 +60,12 @@ private:
 std::vector<std::string> split_list(const std::string& text, char separator = ',');
 // An integer option value in [min, max], or a UsageError naming the option.
 int parse_int(const std::string& option, const std::string& text, int min, int max);
+// A finite number option value in [min, max], or a UsageError naming the option.
+double parse_double(const std::string& option, const std::string& text, double min, double max);
+
+// `text` as a JSON string literal, quotes included; `items` as a JSON array of strings.
+std::string json_string(const std::string& text);
+std::string json_list(const std::vector<std::string>& items);
 
 // --plugin-path DIRS, --no-default-plugins, --log-level LEVEL: how the environment finds plugins and what it logs.
 struct EnvFlags {
@@ -89,5 +95,6 @@ struct SessionFlags {
 int run_command(Args& args);
 int plugins_command(Args& args);
 int inspect_command(Args& args);
+int bench_command(Args& args);
 
 }  // namespace tessera::cli

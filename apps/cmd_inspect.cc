@@ -37,7 +37,7 @@ constexpr const char* kInspectHelp =
     "Options:\n"
     "  --providers A,B     provider priority list, most preferred first (default: every usable one, CPU last)\n"
     "  --strict            no fallback: an unclaimed node or an unusable listed provider is an error\n"
-    "  --optimization N    0 disables the graph optimizer, 1 (default) runs it\n"
+    "  --optimization N    graph optimization level: 0 disabled, 1 basic, 2 extended (fusions), 3 all (default)\n"
     "  --threads N         intra-op threads of the session (default 1: inspect runs nothing)\n"
     "  --json              print the report as one JSON object\n"
     "  --dot FILE          write the plan as a Graphviz graph: partitions colored by provider, tensors between\n"
@@ -149,31 +149,6 @@ std::string joined(const std::vector<std::string>& items, const char* separator 
     std::string out;
     for (size_t i = 0; i < items.size(); ++i) out += (i ? separator : "") + items[i];
     return out;
-}
-
-std::string json_string(const std::string& text) {
-    std::string out = "\"";
-    for (const char ch : text) {
-        const auto c = static_cast<unsigned char>(ch);
-        if (c == '"') out += "\\\"";
-        else if (c == '\\') out += "\\\\";
-        else if (c == '\n') out += "\\n";
-        else if (c == '\t') out += "\\t";
-        else if (c < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            out += buf;
-        } else {
-            out += ch;
-        }
-    }
-    return out + "\"";
-}
-
-std::string json_list(const std::vector<std::string>& items) {
-    std::string out = "[";
-    for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + json_string(items[i]);
-    return out + "]";
 }
 
 // ---- Reports ---------------------------------------------------------------------------------------------------------

@@ -5,10 +5,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
-#include <regex>
 
 #include "cli.h"
-#include "default_model.h"
+#include "model_setup.h"
 #include "onnx_io.h"
 
 namespace fs = std::filesystem;
@@ -31,7 +30,7 @@ constexpr const char* kRunHelp =
     "  --providers A,B     provider priority list, most preferred first (default: every usable one, CPU last)\n"
     "  --strict            fail instead of falling back when a listed provider cannot take a node\n"
     "  --threads N         intra-op threads (default: one per core)\n"
-    "  --optimization N    0 disables the graph optimizer, 1 (default) runs it\n"
+    "  --optimization N    graph optimization level: 0 disabled, 1 basic, 2 extended (fusions), 3 all (default)\n"
     "  --values N          values shown per output (default 6)\n";
 
 struct RunFlags {
@@ -68,84 +67,6 @@ RunFlags parse_flags(Args& args) {
     return flags;
 }
 
-// Re-throws `e` with `context` in front of its message, keeping the status code.
-[[noreturn]] void rethrow_in(const std::string& context, const Error& e) {
-    throw Error(e.code(), context + ": " + e.what());
-}
-
-// The graph inputs a run feeds: those without an initializer.  Read from the model proto because the session also
-// lists the inputs whose initializer is an overridable default; the proto is dropped before the session loads the
-// model, so memory does not peak at two copies.
-std::vector<ValueInfo> inputs_to_feed(const RunFlags& flags) {
-    if (!flags.model) {
-        if (tessera_default_model_size == 0)
-            throw UsageError("this build embeds no default model; give a MODEL (try 'tessera run --help')");
-        return onnx_io::graph_inputs(onnx_io::parse_model(tessera_default_model, tessera_default_model_size));
-    }
-    const std::string bytes = onnx_io::read_file(*flags.model);
-    try {
-        return onnx_io::graph_inputs(onnx_io::parse_model(bytes.data(), bytes.size()));
-    } catch (const Error& e) {
-        rethrow_in("cannot load model '" + *flags.model + "'", e);
-    }
-}
-
-Session open_session(Env& env, const RunFlags& flags) {
-    SessionOptions options;
-    flags.session.apply(options);
-    try {
-        if (flags.model) return Session(env, *flags.model, &options);
-        return Session::from_bytes(env, tessera_default_model, tessera_default_model_size, "", &options);
-    } catch (const Error& e) {
-        rethrow_in(flags.model ? "cannot load model '" + *flags.model + "'" : "cannot load the default model", e);
-    }
-}
-
-// The input_K.pb files of `dir`, checked against the graph inputs: one file per input, no gaps, no extras.
-std::vector<Value> read_inputs(const std::string& dir, const std::vector<ValueInfo>& inputs) {
-    if (!fs::is_directory(dir)) throw Error(TESS_STATUS_NOT_FOUND, "input directory '" + dir + "' does not exist");
-    static const std::regex input_file(R"(input_(\d+)\.pb)");
-    size_t file_count = 0;
-    for (const auto& entry : fs::directory_iterator(dir))
-        if (std::regex_match(entry.path().filename().string(), input_file)) ++file_count;
-    std::vector<Value> values;
-    for (size_t k = 0; k < inputs.size(); ++k) {
-        const std::string path = (fs::path(dir) / ("input_" + std::to_string(k) + ".pb")).string();
-        const ValueInfo& declared = inputs[k];
-        if (!fs::exists(path))
-            throw Error(TESS_STATUS_NOT_FOUND, "missing input file '" + path + "' for input '" + declared.name +
-                                                   "' (the model has " + std::to_string(inputs.size()) + " inputs)");
-        Value value;
-        try {
-            value = onnx_io::load_value(path, declared);
-        } catch (const Error& e) {
-            rethrow_in("input '" + declared.name + "'", e);
-        }
-        const std::string mismatch = onnx_io::check_matches(value, declared);
-        if (!mismatch.empty())
-            throw Error(TESS_STATUS_INVALID_ARGUMENT, "'" + path + "' does not fit input '" + declared.name +
-                                                          "': " + mismatch);
-        values.push_back(std::move(value));
-    }
-    if (file_count != inputs.size())
-        throw Error(TESS_STATUS_INVALID_ARGUMENT, "'" + dir + "' holds " + std::to_string(file_count) +
-                                                      " input_*.pb files but the model has " +
-                                                      std::to_string(inputs.size()) + " inputs");
-    return values;
-}
-
-std::vector<Value> generate_inputs(const std::vector<ValueInfo>& inputs) {
-    std::vector<Value> values;
-    for (const ValueInfo& declared : inputs) {
-        try {
-            values.push_back(onnx_io::generated_input(declared));
-        } catch (const Error& e) {
-            rethrow_in("cannot generate input '" + declared.name + "'", e);
-        }
-    }
-    return values;
-}
-
 void print_partitions(const Session& session) {
     const std::vector<PartitionInfo> partitions = session.partitions();
     std::printf("partitions: %zu\n", partitions.size());
@@ -165,10 +86,6 @@ void print_partitions(const Session& session) {
     }
 }
 
-double milliseconds_since(std::chrono::steady_clock::time_point start) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
-
 }  // namespace
 
 int run_command(Args& args) {
@@ -180,20 +97,15 @@ int run_command(Args& args) {
     }
 
     // Inputs first, so that a bad input file fails fast, before the model is compiled.
-    const std::vector<ValueInfo> inputs = inputs_to_feed(flags);
+    const std::vector<ValueInfo> inputs = inputs_to_feed(flags.model);
     std::vector<Value> values =
         flags.inputs_dir.empty() ? generate_inputs(inputs) : read_inputs(flags.inputs_dir, inputs);
     std::vector<std::string> input_names;
     for (const ValueInfo& info : inputs) input_names.push_back(info.name);
 
-    std::optional<Env> env;
-    try {
-        env.emplace(flags.env.options());
-    } catch (const Error& e) {
-        rethrow_in("cannot create the environment", e);
-    }
+    Env env = create_env(flags.env);
     const auto load_start = std::chrono::steady_clock::now();
-    Session session = open_session(*env, flags);
+    Session session = open_session(env, flags.model, flags.session);
     const double load_ms = milliseconds_since(load_start);
     const std::vector<ValueInfo> outputs = session.outputs();
 

@@ -1,7 +1,8 @@
-// The `tessera` command: dispatches to one subcommand per file (cmd_run.cc, cmd_plugins.cc, cmd_inspect.cc) and turns
-// every failure into one "tessera: error: ..." line and an exit status (1: the work failed, 2: the command line is
-// wrong).
+// The `tessera` command: dispatches to one subcommand per file (cmd_run.cc, cmd_plugins.cc, cmd_inspect.cc,
+// cmd_bench.cc) and turns every failure into one "tessera: error: ..." line and an exit status (1: the work failed,
+// 2: the command line is wrong).
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -21,6 +22,7 @@ constexpr const char* kHelp =
     "                 on given or generated inputs, print its outputs and partition plan\n"
     "  plugins        list the plugins discovery found and the providers they contribute\n"
     "  inspect MODEL  show how MODEL is partitioned across providers (text, JSON, Graphviz)\n"
+    "  bench [MODEL]  time session creation and repeated runs: latency percentiles, runs/s, memory\n"
     "\n"
     "Options:\n"
     "  -h, --help     show this help (`tessera <command> --help` for a command)\n"
@@ -50,6 +52,47 @@ int parse_int(const std::string& option, const std::string& text, int min, int m
         throw UsageError("option '" + option + "' wants an integer from " + std::to_string(min) + " to " +
                          std::to_string(max) + ", got '" + text + "'");
     return static_cast<int>(value);
+}
+
+double parse_double(const std::string& option, const std::string& text, double min, double max) {
+    errno = 0;
+    char* end = nullptr;
+    const double value = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || errno != 0 || !std::isfinite(value) || value < min || value > max) {
+        char range[64];
+        std::snprintf(range, sizeof range, "%g to %g", min, max);
+        throw UsageError("option '" + option + "' wants a number from " + range + ", got '" + text + "'");
+    }
+    return value;
+}
+
+std::string json_string(const std::string& text) {
+    std::string out = "\"";
+    for (const char ch : text) {
+        const auto c = static_cast<unsigned char>(ch);
+        switch (c) {
+            case '"': out += "\\\""; break;
+            case '\\': out += "\\\\"; break;
+            case '\n': out += "\\n"; break;
+            case '\r': out += "\\r"; break;
+            case '\t': out += "\\t"; break;
+            default:
+                if (c < 0x20) {
+                    char buf[8];
+                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
+                    out += buf;
+                } else {
+                    out += ch;
+                }
+        }
+    }
+    return out + "\"";
+}
+
+std::string json_list(const std::vector<std::string>& items) {
+    std::string out = "[";
+    for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + json_string(items[i]);
+    return out + "]";
 }
 
 bool EnvFlags::parse(Args& args) {
@@ -98,7 +141,7 @@ bool SessionFlags::parse(Args& args) {
         return true;
     }
     if (args.option("--optimization", value)) {
-        optimization = parse_int("--optimization", value, 0, 1);
+        optimization = parse_int("--optimization", value, 0, 99);  // the core names the valid levels
         return true;
     }
     return false;
@@ -140,6 +183,7 @@ int main(int argc, char** argv) {
         if (command == "run") return run_command(args);
         if (command == "plugins") return plugins_command(args);
         if (command == "inspect") return inspect_command(args);
+        if (command == "bench") return bench_command(args);
         throw UsageError("unknown command '" + command + "' (try 'tessera --help')");
     } catch (const UsageError& e) {
         std::fprintf(stderr, "tessera: error: %s\n", e.what());

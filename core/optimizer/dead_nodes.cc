@@ -1,4 +1,4 @@
-// Removes nodes none of whose outputs is read by another node or returned by the graph.
+// Removes nodes none of whose outputs is read by another node or returned by the graph, and constants nobody reads.
 #include "optimizer/optimizer.h"
 
 namespace tessera {
@@ -25,17 +25,23 @@ public:
             for (const auto& in : node.reads())
                 if (uses[in] > 0) --uses[in];
         }
-        if (!changed) return false;
-        std::vector<Node> kept;
-        for (size_t k = 0; k < graph.nodes.size(); ++k)
-            if (!dead[k]) kept.push_back(std::move(graph.nodes[k]));
-        graph.nodes = std::move(kept);
-        // Constants nobody reads any more are dropped too (they may be large).
-        for (auto it = graph.initializers.begin(); it != graph.initializers.end();) {
-            if (uses[it->first] == 0 && !graph.is_graph_input(it->first)) it = graph.initializers.erase(it);
-            else ++it;
+        if (changed) {
+            std::vector<Node> kept;
+            for (size_t k = 0; k < graph.nodes.size(); ++k)
+                if (!dead[k]) kept.push_back(std::move(graph.nodes[k]));
+            graph.nodes = std::move(kept);
         }
-        return true;
+        // Constants nobody reads any more are dropped too (they may be large: a folded BatchNormalization leaves
+        // the original weights behind).
+        for (auto it = graph.initializers.begin(); it != graph.initializers.end();) {
+            if (uses[it->first] == 0 && !graph.is_graph_input(it->first)) {
+                it = graph.initializers.erase(it);
+                changed = true;
+            } else {
+                ++it;
+            }
+        }
+        return changed;
     }
 };
 

@@ -1,6 +1,7 @@
 #include "optimizer/optimizer.h"
 
 #include "common/log.h"
+#include "common/status.h"
 
 namespace tessera {
 
@@ -9,17 +10,27 @@ std::vector<std::unique_ptr<GraphPass>> default_passes() {
     passes.push_back(make_expand_gradient_pass());
     passes.push_back(make_eliminate_identity_pass());
     passes.push_back(make_constant_folding_pass());
+    passes.push_back(make_fuse_conv_batchnorm_pass());
+    passes.push_back(make_fuse_conv_activation_pass());
     passes.push_back(make_dead_node_pass());
     return passes;
 }
 
-void optimize(Graph& graph, const PassContext& context, int level) {
+OptimizationLevel optimization_level_from_int(int level) {
+    if (level == 99) return OptimizationLevel::All;
+    if (level < 0 || level > 3)
+        throw Error(TESS_STATUS_INVALID_ARGUMENT, "optimization level must be 0 (disabled), 1 (basic), 2 (extended), "
+                                                  "3 or 99 (all), got " + std::to_string(level));
+    return static_cast<OptimizationLevel>(level);
+}
+
+void optimize(Graph& graph, const PassContext& context, OptimizationLevel level) {
     auto passes = default_passes();
     constexpr int kMaxRounds = 4;  // each pass is idempotent; a few rounds reach the fixed point in practice
     for (int round = 0; round < kMaxRounds; ++round) {
         bool changed = false;
         for (const auto& pass : passes) {
-            if (level <= 0 && !pass->required()) continue;
+            if (!pass->required() && static_cast<int>(pass->level()) > static_cast<int>(level)) continue;
             if (pass->run(graph, context)) {
                 changed = true;
                 log_message(TESS_LOG_DEBUG, "optimizer", std::string(pass->name()) + " changed the graph");

@@ -38,7 +38,10 @@ Session::Session(TessEnv& env, LoadedModel model, const TessSessionOptions& opti
     choose_providers(env, options);
     PassContext context;
     context.evaluate = [this](const Graph& graph, size_t node) { return evaluate_constant_node(graph, node); };
-    optimize(graph_, context, options.optimization_level);
+    context.placement = [this](const Graph& graph, const std::vector<size_t>& nodes) {
+        return place_nodes(graph, nodes);
+    };
+    optimize(graph_, context, optimization_level_from_int(options.optimization_level));
     compile(options);
 }
 
@@ -128,6 +131,31 @@ void Session::infer_custom_op_types() {
             break;
         }
     }
+}
+
+// The first provider (priority order) claiming each node, as the partitioner would ask them.
+std::vector<int> Session::place_nodes(const Graph& graph, const std::vector<size_t>& nodes) {
+    std::vector<int> placement(nodes.size(), -1);
+    for (size_t p = 0; p < instances_.size(); ++p) {
+        std::vector<size_t> open;
+        for (size_t i = 0; i < nodes.size(); ++i)
+            if (placement[i] < 0) open.push_back(nodes[i]);
+        if (open.empty()) break;
+        GraphViewBuilder builder(graph);
+        const TessGraphView* view = builder.build(open);
+        TessCapabilityContext capability;
+        capability.offered.assign(graph.nodes.size(), false);
+        for (size_t n : open) capability.offered[n] = true;
+        TessStatus* status = instances_[p]->api().get_capability(instances_[p]->handle(), view, &capability);
+        if (status != nullptr) {  // a provider that cannot answer claims nothing here; compile() reports it later
+            release_status(status);
+            continue;
+        }
+        for (size_t claimed : capability.claimed)
+            for (size_t i = 0; i < nodes.size(); ++i)
+                if (nodes[i] == claimed && placement[i] < 0) placement[i] = static_cast<int>(p);
+    }
+    return placement;
 }
 
 std::vector<ValuePtr> Session::evaluate_constant_node(const Graph& graph, size_t node_index) {

@@ -26,7 +26,7 @@ struct TessSessionOptions {
     std::vector<std::string> providers;
     int32_t intra_op_threads = 0;
     bool strict = false;
-    int32_t optimization_level = 1;
+    int32_t optimization_level = 3;  // TESS_OPTIMIZATION_ALL
 };
 
 namespace tessera {
@@ -52,6 +52,7 @@ public:
 private:
     void choose_providers(TessEnv& env, const TessSessionOptions& options);
     std::vector<ValuePtr> evaluate_constant_node(const Graph& graph, size_t node_index);
+    std::vector<int> place_nodes(const Graph& graph, const std::vector<size_t>& nodes);
     void compile(const TessSessionOptions& options);
     void check_input(const IoInfo& info, const TessValue& value) const;
     void infer_custom_op_types();

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tessera's CUDA provider against ONNX Runtime's CUDA execution provider, on the GPU machine.
 
-Models: the ONNX light/ models, models/default.onnx and the BERT-style encoder of benchmarks/bench.py (generated
+Models: the ONNX light/ models, models/default.onnx and the small BERT-style encoder of benchmarks/models.py (generated
 by scripts/gpu/prepare_device_bundle.sh, since the GPU machine may lack the onnx package).  For each model and
 runtime: session creation time, then warm-up runs, then the median latency of --runs runs (inputs and outputs in
 host memory, as a caller sees them).  Tessera runs with providers [cuda, cpu]; the partition plan says how many nodes

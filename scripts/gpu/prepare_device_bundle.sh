@@ -84,9 +84,15 @@ if python3 -c "import onnx, numpy" 2>/dev/null; then
 import pathlib, sys
 import numpy as np
 sys.path.insert(0, "benchmarks")
-import bench
+import onnx
+import models
 out = pathlib.Path(sys.argv[1])
-feeds = bench.make_encoder(out / "encoder.onnx")
+# A small BERT-style encoder (4 layers, hidden 256, a 1000-token vocabulary) keeps the bundle small.
+vocab = 1000
+onnx.save(models.bert(7, layers=4, hidden=256, heads=4, ffn=1024, vocab=vocab), str(out / "encoder.onnx"))
+rng = np.random.default_rng(7)
+feeds = {"input_ids": rng.integers(0, vocab, (1, 128), dtype=np.int64),
+         "attention_mask": np.ones((1, 128), np.int64)}
 np.savez(out / "encoder_feeds.npz", **feeds)
 PY
 else

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end checks of the `tessera` command: plugin report with broken plugins present, runs that still work, and
-# bad input reported as one error line with a non-zero exit status.
+# End-to-end checks of the `tessera` command: plugin report with broken plugins present, runs that still work, bench
+# reports, and bad input reported as one error line with a non-zero exit status.
 # Usage: test_cli.sh TESSERA_BINARY TEST_PLUGIN_DIR BACKEND_DATA_DIR [SAMPLE_PLUGIN_DIR]
 set -uo pipefail
 tessera=$1; test_plugins=$2; data=$3; sample_plugins=${4:-$(dirname "$tessera")/../lib/tessera/samples}
@@ -30,11 +30,12 @@ check "run with --inputs/--outputs" "$tessera" run "$case_dir/model.onnx" --inpu
 check "outputs written" test -s "$work/out/output_0.pb"
 
 # Bad input: one line on stderr, exit status 1.
-bad() {  # bad NAME ARGS... : must exit non-zero with exactly one 'tessera: error:' line
+bad() {  # bad NAME ARGS... : must exit non-zero ($want_status when set) with exactly one 'tessera: error:' line
   local name=$1; shift
   "$tessera" "$@" > /dev/null 2> "$work/err.txt"; local status=$?
   local lines; lines=$(grep -c "^tessera: error:" "$work/err.txt")
-  if [ $status -ne 0 ] && [ "$lines" -eq 1 ] && [ "$(wc -l < "$work/err.txt")" -eq 1 ]; then
+  if [ $status -ne 0 ] && [ $status -eq "${want_status:-$status}" ] && [ "$lines" -eq 1 ] &&
+     [ "$(wc -l < "$work/err.txt")" -eq 1 ]; then
     passed=$((passed + 1)); echo "ok   $name: $(cat "$work/err.txt")"
   else
     failures=$((failures + 1)); echo "FAIL $name (status $status):"; cat "$work/err.txt"
@@ -59,6 +60,30 @@ mkdir -p "$work/too_many"
 cp "$case_dir/test_data_set_0/input_0.pb" "$work/too_many/input_0.pb"
 cp "$case_dir/test_data_set_0/input_0.pb" "$work/too_many/input_1.pb"
 bad "wrong input count" run "$case_dir/model.onnx" --inputs "$work/too_many"
+
+# bench: every figure in the JSON report, a time budget, and the exit statuses of the other commands.
+default_model="$(dirname "$0")/../../models/default.onnx"
+"$tessera" bench --runs 5 --json > "$work/bench.json" 2> "$work/bench.err"; status=$?
+check "bench of the embedded model exits 0" test $status -eq 0
+check "bench json parses and holds every figure" python3 -c "
+import json, sys
+r = json.load(open('$work/bench.json'))
+l = r['latency_ms']
+figures = [r[k] for k in ('session_create_ms', 'first_run_ms', 'total_ms', 'runs_per_s', 'rss_after_session_mib',
+                          'peak_rss_mib')] + [l[k] for k in ('mean', 'min', 'p50', 'p90', 'p99', 'max')]
+ordered = l['min'] <= l['p50'] <= l['p90'] <= l['p99'] <= l['max'] and l['min'] <= l['mean'] <= l['max']
+sys.exit(0 if r['runs'] == 5 and r['providers'] and r['threads'] >= 1 and min(figures) > 0 and ordered else 1)"
+"$tessera" bench "$default_model" --time 0.2 --json > "$work/bench_time.json" 2> "$work/bench.err"; status=$?
+check "bench --time 0.2 runs for the budget" python3 -c "
+import json, sys
+r = json.load(open('$work/bench_time.json'))
+sys.exit(0 if $status == 0 and r['runs'] >= 1 and r['total_ms'] >= 200 else 1)"
+"$tessera" bench "$default_model" --runs 2 --dim batch=2 > "$work/bench.txt" 2>&1
+check "bench text report with --dim" sh -c "grep -q '^latency (ms): mean .* p50 ' '$work/bench.txt' &&
+  grep -q 'image: tensor(float) \[2, 3, 32, 32\]' '$work/bench.txt'"
+want_status=2 bad "bench with an unknown option exits 2" bench --bogus
+want_status=2 bad "bench with --runs and --time exits 2" bench --runs 3 --time 1
+want_status=1 bad "bench of a missing model exits 1" bench "$work/absent.onnx"
 
 # inspect: the partition plan of a real model split between the sample provider and cpu.
 resnet="$data/light/light_resnet50.onnx"

@@ -9,10 +9,12 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernel_harness.h"
 #include "kernels/all_kernels.h"
+#include "tessera/provider.h"
 #include "util/gemm.h"
 
 namespace tessera::cpu {
@@ -687,6 +689,289 @@ TEST(ConvOp, RejectsInconsistentShapes) {
                           {tensor<float>({1, 1, 2, 2}, std::vector<float>(4)),
                            tensor<float>({1, 1, 3, 3}, std::vector<float>(9))}),
                  KernelError);
+}
+
+// ---- FusedConv (the optimizer's Conv + residual sum + activation) ---------------------------------------------
+//
+// The CPU provider's Conv kernel registered for FusedConv applies Y = act(Conv(X, W, B) + Z) in each of its code
+// paths (depthwise, direct with and without a cropped grid, packed im2col for small images, tiled im2col for wide
+// ones and other ranks, 1x1).  Each case runs every activation with and without Z against the double reference
+// convolution above, followed by a sum and an activation written here.  The paths depend on the CPU: run the binary
+// with TESSERA_CPU_MAX_ISA=avx2 or =none as well to reach the AVX2 tiles and the OpenBLAS fallback.
+
+#ifdef TESS_FUSED_OPS_DOMAIN
+constexpr const char* kFusedConvDomain = TESS_FUSED_OPS_DOMAIN;
+#else
+constexpr const char* kFusedConvDomain = "com.microsoft";
+#endif
+
+struct FusedActivation {
+    std::string name;  // "" = no activation attribute
+    std::vector<float> params{};
+};
+
+double reference_activation(const FusedActivation& a, double v) {
+    if (a.name.empty()) return v;
+    if (a.name == "Relu") return std::max(v, 0.0);
+    if (a.name == "Sigmoid") return 1.0 / (1.0 + std::exp(-v));
+    if (a.name == "Tanh") return std::tanh(v);
+    if (a.name == "LeakyRelu") return v >= 0 ? v : double(a.params[0]) * v;
+    if (a.name == "Clip") return std::min(std::max(v, double(a.params[0])), double(a.params[1]));
+    if (a.name == "HardSigmoid") return std::max(0.0, std::min(1.0, double(a.params[0]) * v + double(a.params[1])));
+    ADD_FAILURE() << "no reference for activation " << a.name;
+    return v;
+}
+
+const std::vector<FusedActivation>& fused_activations() {
+    static const std::vector<FusedActivation> all{
+        {""},
+        {"Relu"},
+        {"Sigmoid"},
+        {"Tanh"},
+        {"LeakyRelu", {0.15f}},
+        {"Clip", {-0.3f, 0.4f}},
+        {"Clip", {0.0f, 6.0f}},
+        {"HardSigmoid", {0.3f, 0.45f}},
+    };
+    return all;
+}
+
+// A FusedConv node for `c` (inputs X, W [, B] [, Z]); the weights are a constant when c.constant_weights.
+void build_fused_conv_node(NodeBuilder& node, const ConvCase& c, const ValueHandle& w_value,
+                           const FusedActivation& act, bool with_z) {
+    node.input(TESS_ELEMENT_FLOAT32);
+    if (c.constant_weights) {
+        node.constant_input(w_value);
+    } else {
+        node.input(TESS_ELEMENT_FLOAT32);
+    }
+    if (c.bias) {
+        node.input(TESS_ELEMENT_FLOAT32);
+    } else if (with_z) {
+        node.omitted_input();
+    }
+    if (with_z) node.input(TESS_ELEMENT_FLOAT32);
+    node.output(TESS_ELEMENT_FLOAT32).attr_int("group", c.group).attr_ints("kernel_shape", c.kernel);
+    if (!c.strides.empty()) node.attr_ints("strides", c.strides);
+    if (!c.dilations.empty()) node.attr_ints("dilations", c.dilations);
+    if (!c.pads.empty()) node.attr_ints("pads", c.pads);
+    if (!c.auto_pad.empty()) node.attr_string("auto_pad", c.auto_pad);
+    if (!act.name.empty()) node.attr_string("activation", act.name);
+    if (!act.params.empty()) node.attr_floats("activation_params", act.params);
+}
+
+// Every activation, with and without Z, on one geometry.
+void run_fused_conv_case(const ConvCase& c, uint32_t seed) {
+    const int64_t C = c.x[1], M = c.out_channels;
+    const Shape w_shape = concat({M, C / c.group}, c.kernel);
+    const auto x = random_values<float>(shape_size(c.x), seed);
+    const auto w = random_values<float>(shape_size(w_shape), seed + 1);
+    const auto b = c.bias ? random_values<float>(M, seed + 2) : std::vector<float>();
+    const RefGeometry g = conv_geometry(c);
+    const Shape y_shape = concat({c.x[0], M}, g.out);
+    const auto z = random_values<float>(shape_size(y_shape), seed + 3);
+    const std::vector<double> conv = reference_conv(c, g, widen(x), widen(w), widen(b));
+
+    for (const bool with_z : {false, true}) {
+        for (const FusedActivation& act : fused_activations()) {
+            SCOPED_TRACE("activation '" + act.name + "'" + (with_z ? " with Z" : " without Z"));
+            ValueHandle w_value = tensor<float>(w_shape, w);
+            NodeBuilder node("FusedConv", 1, kFusedConvDomain);
+            build_fused_conv_node(node, c, w_value, act, with_z);
+            std::vector<ValueHandle> inputs{tensor<float>(c.x, x), c.constant_weights ? nullptr : w_value};
+            if (c.bias) {
+                inputs.push_back(tensor<float>({M}, b));
+            } else if (with_z) {
+                inputs.push_back(nullptr);
+            }
+            if (with_z) inputs.push_back(tensor<float>(y_shape, z));
+            const auto outputs = run_node(registry(), node, inputs);
+            ASSERT_EQ(dims_of(outputs[0]), y_shape);
+            std::vector<double> expected(conv.size());
+            for (size_t i = 0; i < conv.size(); ++i)
+                expected[i] = reference_activation(act, conv[i] + (with_z ? double(z[i]) : 0.0));
+            expect_near_all(values_of<float>(*outputs[0]), expected, 2e-5, "FusedConv");
+            if (::testing::Test::HasFatalFailure()) return;
+        }
+    }
+}
+
+// The geometries that reach each code path of the Conv kernel (see plugins/cpu/kernels/conv.cc).
+std::vector<std::pair<std::string, ConvCase>> fused_conv_cases() {
+    return {
+        {"depthwise 3x3 stride 1",
+         {.x = {1, 6, 8, 8}, .out_channels = 6, .kernel = {3, 3}, .group = 6, .pads = {1, 1, 1, 1}}},
+        {"depthwise 3x3 stride 2, batch 2",
+         {.x = {2, 8, 9, 10},
+          .out_channels = 8,
+          .kernel = {3, 3},
+          .group = 8,
+          .strides = {2, 2},
+          .pads = {1, 1, 1, 1},
+          .constant_weights = true}},
+        {"depthwise multiplier 2, no bias",
+         {.x = {1, 4, 7, 7}, .out_channels = 8, .kernel = {3, 3}, .group = 4, .pads = {1, 1, 1, 1}, .bias = false}},
+        {"direct 3x3, cropped grid",
+         {.x = {1, 16, 20, 20}, .out_channels = 24, .kernel = {3, 3}, .pads = {1, 1, 1, 1}}},
+        {"direct 3x3 stride 2, cropped grid, constant weights, batch 2",
+         {.x = {2, 16, 15, 15},
+          .out_channels = 20,
+          .kernel = {3, 3},
+          .strides = {2, 2},
+          .pads = {1, 1, 1, 1},
+          .constant_weights = true}},
+        {"direct 3x3 stride 3, grid without cropping",
+         {.x = {1, 5, 12, 12}, .out_channels = 7, .kernel = {3, 3}, .strides = {3, 3}}},
+        {"direct 3x3 stride 3, grid without cropping, split across the pool",
+         {.x = {1, 32, 30, 30}, .out_channels = 44, .kernel = {3, 3}, .strides = {3, 3}}},
+        {"1x1", {.x = {1, 16, 7, 7}, .out_channels = 24, .kernel = {1, 1}, .constant_weights = true}},
+        {"1x1 split across the pool",
+         {.x = {1, 64, 28, 28}, .out_channels = 100, .kernel = {1, 1}, .constant_weights = true}},
+        {"1x1 no bias, batch 2", {.x = {2, 8, 5, 6}, .out_channels = 12, .kernel = {1, 1}, .bias = false}},
+        {"packed im2col: small image, many filters",
+         {.x = {1, 32, 7, 7}, .out_channels = 64, .kernel = {3, 3}, .pads = {1, 1, 1, 1}, .constant_weights = true}},
+        {"packed im2col: small image, many filters, runtime weights, no bias",
+         {.x = {1, 16, 6, 6}, .out_channels = 40, .kernel = {3, 3}, .pads = {1, 1, 1, 1}, .bias = false}},
+        {"5x5 dilated: tiled im2col",
+         {.x = {1, 4, 15, 14}, .out_channels = 6, .kernel = {5, 5}, .dilations = {2, 2}, .pads = {4, 4, 4, 4}}},
+        {"grouped 3x3",
+         {.x = {1, 8, 9, 9},
+          .out_channels = 12,
+          .kernel = {3, 3},
+          .group = 4,
+          .pads = {1, 1, 1, 1},
+          .constant_weights = true}},
+        {"1-D, tiled", {.x = {2, 3, 50}, .out_channels = 4, .kernel = {3}, .pads = {1, 1}}},
+        {"3-D", {.x = {1, 2, 5, 6, 4}, .out_channels = 3, .kernel = {3, 3, 3}, .pads = {1, 1, 1, 1, 1, 1}}},
+        {"SAME_UPPER stride 2", {.x = {1, 3, 9, 10}, .out_channels = 5, .kernel = {3, 3}, .strides = {2, 2},
+                                 .auto_pad = "SAME_UPPER"}},
+    };
+}
+
+TEST(FusedConvOp, EveryActivationWithAndWithoutSumAcrossCodePaths) {
+    uint32_t seed = 5000;
+    for (const auto& [label, c] : fused_conv_cases()) {
+        SCOPED_TRACE(label + ": x " + shape_string(c.x) + " kernel " + shape_string(c.kernel) + " group " +
+                     std::to_string(c.group));
+        run_fused_conv_case(c, seed);
+        if (HasFatalFailure()) return;
+        seed += 10;
+    }
+}
+
+TEST(FusedConvOp, MatchesPlainConvFollowedByTheActivation) {
+    // The same inputs through Conv and through FusedConv without activation or Z: identical results.
+    const ConvCase c{.x = {1, 16, 20, 20}, .out_channels = 24, .kernel = {3, 3}, .pads = {1, 1, 1, 1}};
+    const Shape w_shape{24, 16, 3, 3};
+    const auto x = random_values<float>(shape_size(c.x), 11), w = random_values<float>(shape_size(w_shape), 12);
+    const auto b = random_values<float>(24, 13);
+    NodeBuilder conv("Conv", 11);
+    conv.input(TESS_ELEMENT_FLOAT32).input(TESS_ELEMENT_FLOAT32).input(TESS_ELEMENT_FLOAT32).output();
+    conv.attr_ints("pads", c.pads);
+    NodeBuilder fused("FusedConv", 1, kFusedConvDomain);
+    build_fused_conv_node(fused, c, tensor<float>(w_shape, w), {}, false);
+    const std::vector<ValueHandle> inputs{tensor<float>(c.x, x), tensor<float>(w_shape, w), tensor<float>({24}, b)};
+    const auto plain = values_of<float>(*run_node(registry(), conv, inputs)[0]);
+    const auto fused_y = values_of<float>(*run_node(registry(), fused, inputs)[0]);
+    EXPECT_EQ(plain, fused_y);
+}
+
+TEST(FusedConvOp, RunsAgainWithOtherInputs) {
+    // One kernel, two runs: the sum is read from each run's Z (nothing kept from the first run).
+    const ConvCase c{.x = {1, 32, 7, 7},
+                     .out_channels = 64,
+                     .kernel = {3, 3},
+                     .pads = {1, 1, 1, 1},
+                     .constant_weights = true};
+    const Shape w_shape{64, 32, 3, 3}, y_shape{1, 64, 7, 7};
+    const auto w = random_values<float>(shape_size(w_shape), 21);
+    const auto b = random_values<float>(64, 22);
+    const FusedActivation relu{"Relu"};
+    NodeBuilder node("FusedConv", 1, kFusedConvDomain);
+    build_fused_conv_node(node, c, tensor<float>(w_shape, w), relu, true);
+    auto kernel = testing::create_kernel(registry(), node);
+    const RefGeometry g = conv_geometry(c);
+    for (uint32_t run = 0; run < 2; ++run) {
+        SCOPED_TRACE("run " + std::to_string(run));
+        const auto x = random_values<float>(shape_size(c.x), 30 + run);
+        const auto z = random_values<float>(shape_size(y_shape), 40 + run, -3.0, 3.0);
+        const auto outputs =
+            testing::run_kernel(*kernel, node, {tensor<float>(c.x, x), nullptr, tensor<float>({64}, b),
+                                                tensor<float>(y_shape, z)});
+        const auto conv = reference_conv(c, g, widen(x), widen(w), widen(b));
+        std::vector<double> expected(conv.size());
+        for (size_t i = 0; i < conv.size(); ++i) expected[i] = std::max(0.0, conv[i] + z[i]);
+        expect_near_all(values_of<float>(*outputs[0]), expected, 2e-5, "FusedConv rerun");
+    }
+}
+
+// Runs `fn` and checks that it throws `E` whose message contains every one of `parts`.
+template <typename E, typename Fn>
+void expect_error_naming(Fn&& fn, const std::vector<std::string>& parts) {
+    try {
+        fn();
+        ADD_FAILURE() << "no exception";
+    } catch (const E& e) {
+        const std::string message = e.what();
+        for (const auto& part : parts) EXPECT_NE(message.find(part), std::string::npos) << message;
+    } catch (const std::exception& e) {
+        ADD_FAILURE() << "unexpected exception type: " << e.what();
+    }
+}
+
+TEST(FusedConvOp, RejectsZOfAnotherShapeOrType) {
+    const ConvCase c{.x = {1, 3, 6, 6}, .out_channels = 4, .kernel = {3, 3}, .pads = {1, 1, 1, 1}};
+    const Shape w_shape{4, 3, 3, 3};
+    const auto x = random_values<float>(shape_size(c.x), 1), w = random_values<float>(shape_size(w_shape), 2);
+    const auto b = random_values<float>(4, 3);
+    for (const Shape& z_shape : std::vector<Shape>{{1, 4, 6, 7}, {1, 4, 1, 1}, {4, 6, 6}, {1, 24, 6}, {2, 4, 6, 6}}) {
+        SCOPED_TRACE("Z " + shape_string(z_shape));
+        NodeBuilder node("FusedConv", 1, kFusedConvDomain);
+        build_fused_conv_node(node, c, tensor<float>(w_shape, w), {"Relu"}, true);
+        const std::vector<ValueHandle> inputs{tensor<float>(c.x, x), tensor<float>(w_shape, w), tensor<float>({4}, b),
+                                              tensor<float>(z_shape, std::vector<float>(shape_size(z_shape)))};
+        expect_error_naming<KernelError>([&] { run_node(registry(), node, inputs); },
+                                         {"FusedConv", "Z " + shape_string(z_shape), shape_string({1, 4, 6, 6})});
+    }
+    // A double Z for a float convolution (the node's types left undeclared so that the kernel sees it).
+    NodeBuilder node("FusedConv", 1, kFusedConvDomain);
+    node.input().input().input().input().output().attr_ints("pads", c.pads);
+    expect_error_naming<KernelError>(
+        [&] {
+            run_node(registry(), node,
+                     {tensor<float>(c.x, x), tensor<float>(w_shape, w), tensor<float>({4}, b),
+                      tensor<double>({1, 4, 6, 6}, std::vector<double>(144))});
+        },
+        {"FusedConv", "Z"});
+}
+
+TEST(FusedConvOp, RejectsUnknownActivationsAndParameterCountsAtCreation) {
+    const std::vector<std::pair<FusedActivation, std::vector<std::string>>> bad{
+        {{"Gelu"}, {"FusedConv", "Gelu"}},
+        {{"relu"}, {"FusedConv", "relu"}},
+        {{"Softplus", {1.0f}}, {"FusedConv", "Softplus"}},
+        {{"LeakyRelu"}, {"FusedConv", "LeakyRelu", "1", "got 0"}},
+        {{"Clip", {0.0f}}, {"FusedConv", "Clip", "2", "got 1"}},
+        {{"HardSigmoid", {0.2f, 0.5f, 1.0f}}, {"FusedConv", "HardSigmoid", "2", "got 3"}},
+    };
+    const ConvCase c{.x = {1, 2, 5, 5}, .out_channels = 3, .kernel = {3, 3}};
+    for (const auto& [act, parts] : bad) {
+        SCOPED_TRACE("activation " + act.name + " with " + std::to_string(act.params.size()) + " params");
+        NodeBuilder node("FusedConv", 1, kFusedConvDomain);
+        build_fused_conv_node(node, c, tensor<float>({3, 2, 3, 3}, std::vector<float>(54)), act, false);
+        // At kernel creation, before any run.
+        expect_error_naming<KernelError>([&] { testing::create_kernel(registry(), node); }, parts);
+    }
+}
+
+TEST(FusedConvOp, IsFloat32Only) {
+    // The registration accepts float32 only: a double FusedConv finds no kernel (the fusion never makes one).
+    NodeBuilder node("FusedConv", 1, kFusedConvDomain);
+    node.input(TESS_ELEMENT_FLOAT64).input(TESS_ELEMENT_FLOAT64).output(TESS_ELEMENT_FLOAT64);
+    EXPECT_THROW(testing::create_kernel(registry(), node), std::runtime_error);
+    NodeBuilder f32("FusedConv", 1, kFusedConvDomain);
+    f32.input(TESS_ELEMENT_FLOAT32).input(TESS_ELEMENT_FLOAT32).output(TESS_ELEMENT_FLOAT32);
+    EXPECT_NO_THROW(testing::create_kernel(registry(), f32));
 }
 
 // ---- ConvTranspose --------------------------------------------------------------------------------------------

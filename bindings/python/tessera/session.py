@@ -191,7 +191,7 @@ class InferenceSession:
         strict: a node no listed provider claims, or a listed provider that is missing or fails, is an error
             instead of a fallback.
         intra_op_threads: threads of the session's pool; 0 means one per core.
-        optimization_level: 0 disables the graph optimizer, 1 runs every pass.
+        optimization_level: 0 disables the graph optimizer, 1 basic rewrites, 2 adds fusions, 3 (or 99) everything.
         plugin_path: extra plugin directories; the session gets its own :class:`Environment` searching them.
         environment: the environment to use (default: :func:`get_default_environment`).
 
@@ -199,7 +199,7 @@ class InferenceSession:
     """
 
     def __init__(self, path_or_bytes: str | os.PathLike | bytes | Any, providers: Sequence[Any] | None = None,
-                 strict: bool = False, intra_op_threads: int = 0, optimization_level: int = 1,
+                 strict: bool = False, intra_op_threads: int = 0, optimization_level: int = 3,
                  plugin_path: str | Sequence[str] | None = None, environment: Environment | None = None) -> None:
         if environment is None:
             environment = Environment(plugin_path=plugin_path) if plugin_path else get_default_environment()

@@ -25,6 +25,16 @@ extern "C" {
 #define TESS_PLUGIN_ABI_VERSION_MAX 1
 #define TESS_PLUGIN_ENTRY_NAME "tess_plugin_entry"
 
+/* The domain of the compound operators the core's graph optimizer writes (optimization level EXTENDED and up).  A
+ * provider that claims one of them in a capability query gets fused nodes instead of the nodes they replace; one that
+ * does not keeps the original nodes (the optimizer asks before it fuses, and fuses only where the provider that
+ * would run every replaced node runs the fused one).  Operators, all opset 1 (since ABI 1):
+ *   FusedConv(X, W, [B], [Z]) -> Y: Y = activation(Conv(X, W, B) + Z), float32; Conv's attributes, plus
+ *     `activation` (string: Relu, Clip, LeakyRelu, HardSigmoid, Sigmoid, Tanh; absent = none) and
+ *     `activation_params` (floats: Clip [min, max], LeakyRelu [alpha], HardSigmoid [alpha, beta]); Z has Y's shape.
+ *     The same signature as onnxruntime's com.microsoft FusedConv. */
+#define TESS_FUSED_OPS_DOMAIN "ai.tessera"
+
 /* ---- Read-only graph views ---------------------------------------------------------------------------------
  * Built by the core for a capability query or a compile call; valid only during that call.  Arrays are arrays of
  * pointers so that each struct can grow without changing the stride. */

@@ -105,7 +105,18 @@ TESS_EXPORT TessStatus* tess_session_options_set_intra_op_threads(TessSessionOpt
 /* Strict mode: a node no listed provider claims, or a listed provider that is unavailable or fails to compile, is
  * an error instead of a fallback to the next provider. */
 TESS_EXPORT TessStatus* tess_session_options_set_strict(TessSessionOptions* options, int32_t strict);
-/* 0 disables the graph optimizer; 1 (default) runs every registered pass. */
+/* Graph optimization level, as in onnxruntime: TESS_OPTIMIZATION_DISABLED (0) runs only the lowerings a graph needs
+ * to run; BASIC (1) adds semantics-preserving rewrites in the default domain (constant folding, Identity removal,
+ * BatchNormalization folded into Conv); EXTENDED (2) adds fusions into compound operators (FusedConv, provider.h)
+ * where the provider that runs the original nodes runs the fused one; ALL (3, the default) everything.  99
+ * (onnxruntime's ORT_ENABLE_ALL) means ALL.  Any other value is TESS_STATUS_INVALID_ARGUMENT at session creation.
+ * Since API 0.1. */
+enum {
+    TESS_OPTIMIZATION_DISABLED = 0,
+    TESS_OPTIMIZATION_BASIC = 1,
+    TESS_OPTIMIZATION_EXTENDED = 2,
+    TESS_OPTIMIZATION_ALL = 3
+};
 TESS_EXPORT TessStatus* tess_session_options_set_optimization_level(TessSessionOptions* options, int32_t level);
 
 /* ---- Sessions ---------------------------------------------------------------------------------------------- */

@@ -10,6 +10,7 @@
 // float16/bfloat16 inputs are widened to float, the result rounded back; constant weights are widened (and packed)
 // once, when the kernel is created.
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -49,6 +50,85 @@ T* thread_scratch(int64_t count) {
     if (scratch.size() < static_cast<size_t>(count)) scratch.resize(static_cast<size_t>(count));
     return scratch.data();
 }
+
+// The optimizer's FusedConv tail (provider.h), Y = activation(Conv(X, W, B) + Z), applied to each block of Y right after the
+// product wrote it (still in cache) instead of in separate passes over memory.  Plain Conv has none.
+struct ConvEpilogue {
+    enum class Activation { None, Relu, Clip, LeakyRelu, HardSigmoid, Sigmoid, Tanh, Silu };
+    Activation activation = Activation::None;
+    float alpha = 0.0f, beta = 0.0f;
+    bool has_sum = false;  // Z given
+
+    static ConvEpilogue parse(const NodeInfo& info) {
+        ConvEpilogue e;
+        if (info.op_type() != "FusedConv") return e;
+        const std::string name = info.attr_string("activation", "");
+        const std::vector<float> params = info.attr_floats("activation_params");
+        auto want = [&](size_t count) {
+            if (params.size() != count)
+                throw KernelError("FusedConv: activation " + name + " takes " + std::to_string(count) +
+                                  " activation_params, got " + std::to_string(params.size()));
+        };
+        if (name.empty() || name == "Identity") e.activation = Activation::None;
+        else if (name == "Relu") e.activation = Activation::Relu;
+        else if (name == "Sigmoid") e.activation = Activation::Sigmoid;
+        else if (name == "Tanh") e.activation = Activation::Tanh;
+        else if (name == "Silu") e.activation = Activation::Silu;
+        else if (name == "LeakyRelu") {
+            want(1);
+            e.activation = Activation::LeakyRelu;
+            e.alpha = params[0];
+        } else if (name == "Clip") {
+            want(2);
+            e.activation = Activation::Clip;
+            e.alpha = params[0];
+            e.beta = params[1];
+        } else if (name == "HardSigmoid") {
+            want(2);
+            e.activation = Activation::HardSigmoid;
+            e.alpha = params[0];
+            e.beta = params[1];
+        } else {
+            throw KernelError("FusedConv: unsupported activation '" + name + "'");
+        }
+        e.has_sum = info.has_input(3);
+        return e;
+    }
+
+    bool active() const { return activation != Activation::None || has_sum; }
+
+    // y[i] = act(y[i] + z[i]) for i < n; z is NULL without a sum.
+    template <typename T>
+    void apply(T* y, const T* z, int64_t n) const {
+        if (z != nullptr)
+            for (int64_t i = 0; i < n; ++i) y[i] += z[i];
+        const T a = static_cast<T>(alpha), b = static_cast<T>(beta);
+        switch (activation) {
+            case Activation::None: return;
+            case Activation::Relu:
+                for (int64_t i = 0; i < n; ++i) y[i] = y[i] > T(0) ? y[i] : T(0);
+                return;
+            case Activation::Clip:
+                for (int64_t i = 0; i < n; ++i) y[i] = std::min(std::max(y[i], a), b);
+                return;
+            case Activation::LeakyRelu:
+                for (int64_t i = 0; i < n; ++i) y[i] = y[i] >= T(0) ? y[i] : a * y[i];
+                return;
+            case Activation::HardSigmoid:
+                for (int64_t i = 0; i < n; ++i) y[i] = std::max(T(0), std::min(T(1), a * y[i] + b));
+                return;
+            case Activation::Sigmoid:
+                for (int64_t i = 0; i < n; ++i) y[i] = T(1) / (T(1) + std::exp(-y[i]));
+                return;
+            case Activation::Tanh:
+                for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(y[i]);
+                return;
+            case Activation::Silu:
+                for (int64_t i = 0; i < n; ++i) y[i] = y[i] / (T(1) + std::exp(-y[i]));
+                return;
+        }
+    }
+};
 
 // What Conv and ConvTranspose share: attributes, and weights/bias copied at creation when they are constants.
 class ConvKernelBase : public Kernel {
@@ -210,7 +290,7 @@ void build_phases(const T* src, const WindowGeometry& g, const DirectPlan& plan,
 // which vectorizes well even for small images; the grid is cropped into Y.
 template <typename T>
 void depthwise_conv2d(ThreadPool& pool, const WindowGeometry& g, const T* x, const T* w, const T* bias, int64_t batch,
-                      int64_t in_channels, int64_t out_channels, T* y) {
+                      int64_t in_channels, int64_t out_channels, T* y, const ConvEpilogue& epilogue, const T* z) {
     const int64_t H = g.input[0], W = g.input[1], OH = g.output[0], OW = g.output[1];
     const int64_t taps = g.kernel_size();
     const int64_t multiplier = out_channels / in_channels;
@@ -235,6 +315,8 @@ void depthwise_conv2d(ThreadPool& pool, const WindowGeometry& g, const T* x, con
                 }
                 T* yp = y + (n * out_channels + oc) * OH * OW;
                 for (int64_t oh = 0; oh < OH; ++oh) std::copy(grid + oh * Wq, grid + oh * Wq + OW, yp + oh * OW);
+                if (epilogue.active())
+                    epilogue.apply(yp, z != nullptr ? z + (n * out_channels + oc) * OH * OW : nullptr, OH * OW);
             }
         }
     });
@@ -242,7 +324,7 @@ void depthwise_conv2d(ThreadPool& pool, const WindowGeometry& g, const T* x, con
 
 class ConvKernel final : public ConvKernelBase {
 public:
-    explicit ConvKernel(const NodeInfo& info) : ConvKernelBase(info) {
+    explicit ConvKernel(const NodeInfo& info) : ConvKernelBase(info), epilogue_(ConvEpilogue::parse(info)) {
         // Constant float filters are packed once for the packed-filter products; the plain copy is then dropped
         // (only its shape is kept for validation).  Depthwise filters stay plain for the direct loops.
         if (weights_ && weights_->tensor().type == TESS_ELEMENT_FLOAT32 && packed_gemm_supported()) {
@@ -272,6 +354,10 @@ public:
         const WindowGeometry g = resolve_window("Conv", attrs_, Shape(X.shape.begin() + 2, X.shape.end()), kernel);
         Shape y_shape{N, M};
         y_shape.insert(y_shape.end(), g.output.begin(), g.output.end());
+        const Tensor* Z = epilogue_.has_sum ? &ctx.input(3) : nullptr;
+        if (Z != nullptr && (Z->type != X.type || Z->shape != y_shape))
+            throw KernelError("FusedConv: Z " + shape_string(Z->shape) + " must have Y's type and shape " +
+                              shape_string(y_shape));
         Tensor& Y = ctx.output(0, X.type, y_shape);
         if (Y.size() == 0) return;
         ThreadPool& pool = ctx.pool();
@@ -279,9 +365,12 @@ public:
             // Views of the tensors when they hold T already (the packed view has no data and is never read).
             const ConvertedInput<T> x(X, pool), w(W, pool);
             const ConvertedInput<T> b = B != nullptr ? ConvertedInput<T>(*B, pool) : ConvertedInput<T>();
+            const ConvertedInput<T> z = Z != nullptr ? ConvertedInput<T>(*Z, pool) : ConvertedInput<T>();
             ConvertedOutput<T> y(Y);
+            bool epilogue_done = !epilogue_.active();  // the fast paths apply it block by block
             if (group_ > 1 && C == group_ && g.rank() == 2) {
-                depthwise_conv2d<T>(pool, g, x.data(), w.data(), b.data(), N, C, M, y.data());
+                depthwise_conv2d<T>(pool, g, x.data(), w.data(), b.data(), N, C, M, y.data(), epilogue_, z.data());
+                epilogue_done = true;
             } else if constexpr (std::is_same_v<T, float>) {
                 if (!packed_gemm_supported()) {
                     run_gemm<T>(pool, g, x.data(), w.data(), b.data(), N, C, M, y.data());
@@ -290,13 +379,21 @@ public:
                     if (packed_filters_.empty()) packed_now = pack_filters(w.data(), M, W.size() / M);
                     const std::vector<PackedFilters>& filters = packed_filters_.empty() ? packed_now : packed_filters_;
                     if (direct_pays_off(g)) {
-                        run_direct(pool, g, x.data(), filters, b.data(), N, C, M, y.data());
+                        run_direct(pool, g, x.data(), filters, b.data(), N, C, M, y.data(), z.data());
                     } else {
-                        run_packed(pool, g, x.data(), filters, b.data(), N, C, M, y.data());
+                        run_packed(pool, g, x.data(), filters, b.data(), N, C, M, y.data(), z.data());
                     }
+                    epilogue_done = true;
                 }
             } else {
                 run_gemm<T>(pool, g, x.data(), w.data(), b.data(), N, C, M, y.data());
+            }
+            if (!epilogue_done) {
+                T* out = y.data();
+                const T* sum = z.data();
+                pool.parallel_for(static_cast<int64_t>(Y.size()), 16384, [&](int64_t first, int64_t last) {
+                    epilogue_.apply(out + first, sum != nullptr ? sum + first : nullptr, last - first);
+                });
             }
             y.finish(pool);
         });
@@ -316,7 +413,7 @@ private:
     // when copying to Y (no copy when there are none).
     void run_direct(ThreadPool& pool, const WindowGeometry& g, const float* x,
                     const std::vector<PackedFilters>& filters, const float* bias, int64_t N, int64_t C, int64_t M,
-                    float* y) const {
+                    float* y, const float* z) const {
         const int64_t Cg = C / group_, Mg = M / group_;
         const int64_t H = g.input[0], W = g.input[1], OH = g.output[0], OW = g.output[1];
         const int64_t KH = g.kernel[0], KW = g.kernel[1];
@@ -350,8 +447,10 @@ private:
                     image = dst;
                 }
                 float* out = y + (n * M + grp * Mg) * OH * OW;
+                const float* sum = z != nullptr ? z + (n * M + grp * Mg) * OH * OW : nullptr;
                 float* target = cropped ? grid_buffer.get() : out;
                 const float* group_bias = bias != nullptr ? bias + grp * Mg : nullptr;
+                const int64_t panel_rows = packed_gemm_panel_rows();
                 pool.parallel_for(grid.row_blocks * grid.col_blocks, 1, [&](int64_t first, int64_t last) {
                     for (int64_t t = first; t < last; ++t) {
                         const int64_t p0 = (t / grid.col_blocks) * grid.panels_per_block;
@@ -359,6 +458,13 @@ private:
                         const int64_t n1 = std::min(grid_size, n0 + grid.column_panels_per_block * width);
                         packed_gemm_rows(filters[grp], p0, p0 + grid.panels_per_block, image + n0, offsets.data(),
                                          n1 - n0, group_bias, target + n0, grid_size);
+                        if (!cropped && epilogue_.active()) {
+                            const int64_t m1 = std::min(Mg, (p0 + grid.panels_per_block) * panel_rows);
+                            for (int64_t m = p0 * panel_rows; m < m1; ++m) {
+                                const int64_t at = m * grid_size + n0;
+                                epilogue_.apply(out + at, sum != nullptr ? sum + at : nullptr, n1 - n0);
+                            }
+                        }
                     }
                 });
                 if (cropped) {
@@ -369,6 +475,8 @@ private:
                                 const float* src = from + m * grid_size + oh * Wq;
                                 std::copy(src, src + OW, out + (m * OH + oh) * OW);
                             }
+                            if (epilogue_.active())
+                                epilogue_.apply(out + m * OH * OW, sum != nullptr ? sum + m * OH * OW : nullptr, OH * OW);
                         }
                     });
                 }
@@ -380,7 +488,7 @@ private:
     // the micro-kernel reads, and the bias is the accumulators' starting value.
     void run_packed(ThreadPool& pool, const WindowGeometry& g, const float* x,
                     const std::vector<PackedFilters>& filters, const float* bias, int64_t N, int64_t C, int64_t M,
-                    float* y) const {
+                    float* y, const float* z) const {
         const int64_t Cg = C / group_, Mg = M / group_;
         const int64_t in_size = g.input_size(), out_size = g.output_size();
         const int64_t depth = Cg * g.kernel_size();
@@ -399,9 +507,15 @@ private:
                     const int64_t n = image_group / group_, grp = image_group % group_;
                     const int64_t c0 = t * tile, c1 = std::min(out_size, c0 + tile);
                     im2col_tile(g, x + (n * C + grp * Cg) * in_size, Cg, c0, c1, columns, width);
+                    const int64_t base = (n * M + grp * Mg) * out_size;
                     packed_gemm(filters[grp], 0, filters[grp].panels(), columns, c1 - c0,
-                                bias != nullptr ? bias + grp * Mg : nullptr, y + (n * M + grp * Mg) * out_size + c0,
-                                out_size);
+                                bias != nullptr ? bias + grp * Mg : nullptr, y + base + c0, out_size);
+                    if (epilogue_.active()) {
+                        for (int64_t m = 0; m < Mg; ++m) {
+                            const int64_t at = base + m * out_size + c0;
+                            epilogue_.apply(y + at, z != nullptr ? z + at : nullptr, c1 - c0);
+                        }
+                    }
                 }
             });
             return;
@@ -417,7 +531,9 @@ private:
             for (int64_t grp = 0; grp < group_; ++grp) {
                 im2col_panels(pool, g, x + (n * C + grp * Cg) * in_size, Cg, col.get(), width);
                 float* out = y + (n * M + grp * Mg) * out_size;
+                const float* sum = z != nullptr ? z + (n * M + grp * Mg) * out_size : nullptr;
                 const float* group_bias = bias != nullptr ? bias + grp * Mg : nullptr;
+                const int64_t panel_rows = packed_gemm_panel_rows();
                 pool.parallel_for(grid.row_blocks * grid.col_blocks, 1, [&](int64_t first, int64_t last) {
                     for (int64_t t = first; t < last; ++t) {
                         const int64_t p0 = (t / grid.col_blocks) * grid.panels_per_block;
@@ -426,6 +542,13 @@ private:
                         const int64_t n1 = std::min(out_size, (j0 + grid.column_panels_per_block) * width);
                         packed_gemm(filters[grp], p0, p0 + grid.panels_per_block, col.get() + j0 * depth * width,
                                     n1 - n0, group_bias, out + n0, out_size);
+                        if (epilogue_.active()) {
+                            const int64_t m1 = std::min(Mg, (p0 + grid.panels_per_block) * panel_rows);
+                            for (int64_t m = p0 * panel_rows; m < m1; ++m) {
+                                const int64_t at = m * out_size + n0;
+                                epilogue_.apply(out + at, sum != nullptr ? sum + at : nullptr, n1 - n0);
+                            }
+                        }
                     }
                 });
             }
@@ -545,6 +668,7 @@ private:
 
     std::vector<PackedFilters> packed_filters_;  // per group, when the filters are constant
     Shape packed_shape_;                         // W's shape when packed_filters_ holds it
+    ConvEpilogue epilogue_;                      // FusedConv's sum and activation (none for Conv)
 };
 
 // ConvTranspose.  Output size and padding follow the spec of the registered opset: with output_shape (or
@@ -679,6 +803,11 @@ void register_conv_kernels(KernelRegistry& registry) {
     const std::vector<std::pair<size_t, std::vector<int32_t>>> float_inputs{
         {0, conv_types}, {1, conv_types}, {2, conv_types}};
     registry.add({"", "Conv", 1, 0, float_inputs, KernelMemory::Normal, make_factory<ConvKernel>()});
+    // The optimizer's FusedConv (provider.h): float only.  com.microsoft's FusedConv in models stays with the
+    // contrib custom-op library, which checks it exactly as onnxruntime does.
+    const std::vector<int32_t> f32{TESS_ELEMENT_FLOAT32};
+    registry.add({TESS_FUSED_OPS_DOMAIN, "FusedConv", 1, 0, {{0, f32}, {1, f32}, {2, f32}, {3, f32}}, KernelMemory::Normal,
+                  make_factory<ConvKernel>()});
     registry.add({"", "ConvTranspose", 1, 10, float_inputs, KernelMemory::Normal, make_factory<ConvTransposeKernel>()});
     registry.add({"", "ConvTranspose", 11, 0, float_inputs, KernelMemory::Normal, make_factory<ConvTransposeKernel>()});
 }

@@ -1,0 +1,192 @@
+// What `tessera run` and `tessera bench` share; see model_setup.h.
+#include "model_setup.h"
+
+#include <filesystem>
+#include <regex>
+
+#include "default_model.h"
+#include "onnx_io.h"
+
+namespace fs = std::filesystem;
+
+namespace tessera::cli {
+namespace {
+
+// A dimension size after NAME= or between the x's of a shape; the command line is wrong when it is not one.
+int64_t parse_dim(const std::string& option, const std::string& text) {
+    return parse_int(option, text, 0, 1 << 30);
+}
+
+// "NAME=VALUE" split at the last '=' (names may hold one, values never do).
+std::pair<std::string, std::string> split_assignment(const std::string& option, const std::string& text,
+                                                     const char* expected) {
+    const size_t eq = text.rfind('=');
+    if (eq == std::string::npos || eq == 0)
+        throw UsageError("option '" + option + "' wants " + expected + ", got '" + text + "'");
+    return {text.substr(0, eq), text.substr(eq + 1)};
+}
+
+bool is_tensor(const ValueInfo& info) { return info.kind == TESS_VALUE_TENSOR || info.kind == TESS_VALUE_UNKNOWN; }
+
+std::string input_names(const std::vector<ValueInfo>& inputs) {
+    std::string out;
+    for (const ValueInfo& info : inputs) out += (out.empty() ? "'" : ", '") + info.name + "'";
+    return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+void rethrow_in(const std::string& context, const Error& e) { throw Error(e.code(), context + ": " + e.what()); }
+
+double milliseconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// ---- --dim / --shape ---------------------------------------------------------------------------------------------
+
+bool ShapeFlags::parse(Args& args) {
+    std::string value;
+    if (args.option("--dim", value)) {
+        auto [name, size] = split_assignment("--dim", value, "NAME=SIZE");
+        dims.emplace_back(name, parse_dim("--dim", size));
+        return true;
+    }
+    if (args.option("--shape", value)) {
+        auto [name, text] = split_assignment("--shape", value, "INPUT=DxDx...");
+        std::vector<int64_t> shape;  // "INPUT=" alone is a scalar
+        for (size_t start = 0; !text.empty() && start <= text.size();) {
+            size_t end = text.find('x', start);
+            if (end == std::string::npos) end = text.size();
+            shape.push_back(parse_dim("--shape", text.substr(start, end - start)));
+            start = end + 1;
+        }
+        shapes.emplace_back(name, std::move(shape));
+        return true;
+    }
+    return false;
+}
+
+void ShapeFlags::apply(std::vector<ValueInfo>& inputs) const {
+    const std::vector<ValueInfo> declared = inputs;  // --shape is checked against the model, not against --dim
+    for (const auto& [name, size] : dims) {
+        bool found = false;
+        for (ValueInfo& info : inputs)
+            for (size_t d = 0; is_tensor(info) && d < info.dims.size() && d < info.dim_params.size(); ++d)
+                if (info.dim_params[d] == name && info.dims[d] < 0) {
+                    info.dims[d] = size;
+                    found = true;
+                }
+        if (!found)
+            throw Error(TESS_STATUS_INVALID_ARGUMENT,
+                        "--dim " + name + ": no input has a dimension named '" + name + "' that the model leaves open");
+    }
+    for (const auto& [name, shape] : shapes) {
+        size_t k = 0;
+        while (k < inputs.size() && inputs[k].name != name) ++k;
+        if (k == inputs.size())
+            throw Error(TESS_STATUS_INVALID_ARGUMENT,
+                        "--shape " + name + ": the model has no such input (inputs: " + input_names(inputs) + ")");
+        const ValueInfo& model = declared[k];
+        const std::string wrong = "--shape " + name + ": input '" + name + "' is " + onnx_io::describe_type(model);
+        if (!is_tensor(model)) throw Error(TESS_STATUS_INVALID_ARGUMENT, wrong + ", not a tensor");
+        if (model.has_shape && model.dims.size() != shape.size())
+            throw Error(TESS_STATUS_INVALID_ARGUMENT, wrong + ", of rank " + std::to_string(model.dims.size()));
+        for (size_t d = 0; model.has_shape && d < shape.size(); ++d)
+            if (model.dims[d] >= 0 && model.dims[d] != shape[d])
+                throw Error(TESS_STATUS_INVALID_ARGUMENT, wrong + ", whose dimension " + std::to_string(d) +
+                                                              " is fixed at " + std::to_string(model.dims[d]));
+        inputs[k].has_shape = true;
+        inputs[k].dims = shape;
+        inputs[k].dim_params.assign(shape.size(), "");
+    }
+}
+
+const char* ShapeFlags::help() {
+    return "  --dim NAME=SIZE     size of the symbolic dimension NAME wherever an input has it (repeatable)\n"
+           "  --shape IN=DxDx..   whole shape of input IN, e.g. image=1x3x224x224; wins over --dim (repeatable)\n";
+}
+
+// ---- Inputs ------------------------------------------------------------------------------------------------------
+
+// Read from the model proto because the session also lists the inputs whose initializer is an overridable default;
+// the proto is dropped before the session loads the model, so memory does not peak at two copies.
+std::vector<ValueInfo> inputs_to_feed(const std::optional<std::string>& model) {
+    if (!model) {
+        if (tessera_default_model_size == 0)
+            throw UsageError("this build embeds no default model; give a MODEL");
+        return onnx_io::graph_inputs(onnx_io::parse_model(tessera_default_model, tessera_default_model_size));
+    }
+    const std::string bytes = onnx_io::read_file(*model);
+    try {
+        return onnx_io::graph_inputs(onnx_io::parse_model(bytes.data(), bytes.size()));
+    } catch (const Error& e) {
+        rethrow_in("cannot load model '" + *model + "'", e);
+    }
+}
+
+std::vector<Value> read_inputs(const std::string& dir, const std::vector<ValueInfo>& inputs) {
+    if (!fs::is_directory(dir)) throw Error(TESS_STATUS_NOT_FOUND, "input directory '" + dir + "' does not exist");
+    static const std::regex input_file(R"(input_(\d+)\.pb)");
+    size_t file_count = 0;
+    for (const auto& entry : fs::directory_iterator(dir))
+        if (std::regex_match(entry.path().filename().string(), input_file)) ++file_count;
+    std::vector<Value> values;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+        const std::string path = (fs::path(dir) / ("input_" + std::to_string(k) + ".pb")).string();
+        const ValueInfo& declared = inputs[k];
+        if (!fs::exists(path))
+            throw Error(TESS_STATUS_NOT_FOUND, "missing input file '" + path + "' for input '" + declared.name +
+                                                   "' (the model has " + std::to_string(inputs.size()) + " inputs)");
+        Value value;
+        try {
+            value = onnx_io::load_value(path, declared);
+        } catch (const Error& e) {
+            rethrow_in("input '" + declared.name + "'", e);
+        }
+        const std::string mismatch = onnx_io::check_matches(value, declared);
+        if (!mismatch.empty())
+            throw Error(TESS_STATUS_INVALID_ARGUMENT, "'" + path + "' does not fit input '" + declared.name +
+                                                          "': " + mismatch);
+        values.push_back(std::move(value));
+    }
+    if (file_count != inputs.size())
+        throw Error(TESS_STATUS_INVALID_ARGUMENT, "'" + dir + "' holds " + std::to_string(file_count) +
+                                                      " input_*.pb files but the model has " +
+                                                      std::to_string(inputs.size()) + " inputs");
+    return values;
+}
+
+std::vector<Value> generate_inputs(const std::vector<ValueInfo>& inputs) {
+    std::vector<Value> values;
+    for (const ValueInfo& declared : inputs) {
+        try {
+            values.push_back(onnx_io::generated_input(declared));
+        } catch (const Error& e) {
+            rethrow_in("cannot generate input '" + declared.name + "'", e);
+        }
+    }
+    return values;
+}
+
+// ---- Environment and session -------------------------------------------------------------------------------------
+
+Env create_env(const EnvFlags& flags) {
+    try {
+        return Env(flags.options());
+    } catch (const Error& e) {
+        rethrow_in("cannot create the environment", e);
+    }
+}
+
+Session open_session(Env& env, const std::optional<std::string>& model, const SessionFlags& flags) {
+    SessionOptions options;
+    flags.apply(options);
+    try {
+        if (model) return Session(env, *model, &options);
+        return Session::from_bytes(env, tessera_default_model, tessera_default_model_size, "", &options);
+    } catch (const Error& e) {
+        rethrow_in(model ? "cannot load model '" + *model + "'" : "cannot load the default model", e);
+    }
+}
+
+}  // namespace tessera::cli

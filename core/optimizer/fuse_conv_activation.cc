@@ -1,0 +1,204 @@
+// Fuses Conv, an optional residual Add and an optional activation into one FusedConv node of the optimizer's own
+// domain (TESS_FUSED_OPS_DOMAIN, provider.h; the signature of onnxruntime's com.microsoft FusedConv:
+// Y = activation(Conv(X, W, B) + Z)), so that the sum and the activation are applied
+// while the convolution's output block is still in cache instead of in two more passes over memory:
+//   Conv -> act                      => FusedConv(X, W, B) activation=act
+//   Conv -> Add(., Z) [-> act]       => FusedConv(X, W, B, Z) [activation=act]   (also a two-input Sum)
+// Activations: Relu, Clip (constant bounds), Sigmoid, Tanh, LeakyRelu, HardSigmoid, as FusedConv defines them.
+// The fused node is kept only where the provider that would run it is the one that would run every node it
+// replaces (PassContext::placement); elsewhere the graph stays as it was.
+#include <limits>
+
+#include "common/log.h"
+#include "tessera/provider.h"
+#include "optimizer/fusion_util.h"
+#include "optimizer/optimizer.h"
+
+namespace tessera {
+
+namespace {
+
+constexpr const char* kFusedDomain = TESS_FUSED_OPS_DOMAIN;
+
+// The FusedConv activation (name and parameters) that `node` computes, if it is one.
+bool fusable_activation(const Graph& graph, const Node& node, std::string& name, std::vector<float>& params) {
+    if (!node.domain.empty() || node.outputs.size() != 1 || node.inputs.empty()) return false;
+    const std::string& op = node.op_type;
+    params.clear();
+    if (op == "Relu" || op == "Sigmoid" || op == "Tanh") {
+        name = op;
+        return true;
+    }
+    if (op == "LeakyRelu") {
+        name = op;
+        params = {fusion::float_attribute(node, "alpha", 0.01f)};
+        return true;
+    }
+    if (op == "HardSigmoid") {
+        name = op;
+        params = {fusion::float_attribute(node, "alpha", 0.2f), fusion::float_attribute(node, "beta", 0.5f)};
+        return true;
+    }
+    if (op == "Clip") {
+        float lo = std::numeric_limits<float>::lowest(), hi = std::numeric_limits<float>::max();
+        if (graph.opset_of("") < 11) {
+            lo = fusion::float_attribute(node, "min", lo);
+            hi = fusion::float_attribute(node, "max", hi);
+        } else {
+            for (size_t i = 1; i < node.inputs.size() && i < 3; ++i) {
+                if (node.inputs[i].empty()) continue;
+                auto bound = fusion::constant_floats(graph, node.inputs[i], 1);
+                if (!bound) return false;  // bounds computed at run time, or not float32
+                (i == 1 ? lo : hi) = (*bound)[0];
+            }
+        }
+        name = op;
+        params = {lo, hi};
+        return true;
+    }
+    return false;
+}
+
+bool is_float32(const Graph& graph, const std::string& value) {
+    auto it = graph.types.find(value);
+    return it != graph.types.end() && it->second.element_type == TESS_ELEMENT_FLOAT32;
+}
+
+struct Chain {
+    std::vector<size_t> nodes;  // conv [, add] [, activation], in graph order
+    Node fused;
+};
+
+class FuseConvActivation : public GraphPass {
+public:
+    const char* name() const override { return "fuse-conv-activation"; }
+    OptimizationLevel level() const override { return OptimizationLevel::Extended; }
+
+    bool run(Graph& graph, const PassContext& context) const override {
+        if (!context.placement) return false;
+        std::vector<Chain> chains = find_chains(graph);
+        if (chains.empty()) return false;
+
+        // Ask the providers about the fused nodes in a trial copy of the graph.
+        Graph trial = graph;
+        trial.opsets.emplace(kFusedDomain, 1);
+        std::vector<size_t> fused_indices;
+        for (const auto& chain : chains) {
+            fused_indices.push_back(trial.nodes.size());
+            trial.nodes.push_back(chain.fused);
+        }
+        const std::vector<int> fused_placement = context.placement(trial, fused_indices);
+        // Where the original nodes would run: every one of them must go to the fused node's provider, so that
+        // fusing never moves work (a Relu a higher-priority provider claims stays there).
+        std::vector<size_t> originals;
+        for (const auto& chain : chains) originals.insert(originals.end(), chain.nodes.begin(), chain.nodes.end());
+        const std::vector<int> original_placement = context.placement(graph, originals);
+        std::vector<bool> same_provider(chains.size(), true);
+        for (size_t c = 0, i = 0; c < chains.size(); ++c)
+            for (size_t k = 0; k < chains[c].nodes.size(); ++k, ++i)
+                if (i >= original_placement.size() || original_placement[i] != fused_placement[c])
+                    same_provider[c] = false;
+
+        std::vector<bool> removed(graph.nodes.size(), false);
+        std::vector<const Node*> replacement(graph.nodes.size(), nullptr);
+        bool changed = false;
+        for (size_t c = 0; c < chains.size(); ++c) {
+            if (c >= fused_placement.size() || fused_placement[c] < 0 || !same_provider[c]) {
+                log_message(TESS_LOG_DEBUG, "optimizer",
+                            chains[c].fused.label() + " not fused: the provider that would run it does not run all "
+                                                      "of the nodes it replaces");
+                continue;
+            }
+            for (size_t n : chains[c].nodes) removed[n] = true;
+            replacement[chains[c].nodes.back()] = &chains[c].fused;
+            changed = true;
+        }
+        if (!changed) return false;
+        graph.opsets.emplace(kFusedDomain, 1);
+        std::vector<Node> kept;
+        kept.reserve(graph.nodes.size());
+        for (size_t n = 0; n < graph.nodes.size(); ++n) {
+            if (replacement[n] != nullptr) kept.push_back(*replacement[n]);
+            else if (!removed[n]) kept.push_back(std::move(graph.nodes[n]));
+        }
+        graph.nodes = std::move(kept);
+        graph.sort_topologically();  // Z may be produced between the Conv and the Add
+        return true;
+    }
+
+private:
+    static std::vector<Chain> find_chains(const Graph& graph) {
+        std::vector<Chain> chains;
+        auto readers = fusion::consumers(graph);
+        std::vector<bool> taken(graph.nodes.size(), false);
+        auto single_reader = [&](const std::string& value, size_t& reader) {
+            auto it = readers.find(value);
+            if (it == readers.end() || it->second.size() != 1) return false;
+            reader = it->second[0];
+            return fusion::only_feeds(graph, readers, value, reader) && !taken[reader];
+        };
+        for (size_t c = 0; c < graph.nodes.size(); ++c) {
+            const Node& conv = graph.nodes[c];
+            if (!conv.domain.empty() || conv.op_type != "Conv" || conv.outputs.size() != 1 || taken[c]) continue;
+            if (!is_float32(graph, conv.outputs[0])) continue;
+            Chain chain;
+            chain.nodes.push_back(c);
+            std::string tail = conv.outputs[0];
+            std::string z;
+            size_t next = 0;
+            if (single_reader(tail, next)) {
+                const Node& add = graph.nodes[next];
+                // Sum of two inputs is an Add (older exporters write residual connections that way).
+                if (add.domain.empty() && (add.op_type == "Add" || add.op_type == "Sum") && add.inputs.size() == 2 &&
+                    add.outputs.size() == 1 &&
+                    add.inputs[0] != add.inputs[1]) {
+                    const std::string& other = add.inputs[0] == tail ? add.inputs[1] : add.inputs[0];
+                    // Z must have exactly the convolution's shape: FusedConv does not broadcast it.
+                    auto conv_shape = fusion::static_shape(graph, tail);
+                    auto other_shape = fusion::static_shape(graph, other);
+                    auto sum_shape = fusion::static_shape(graph, add.outputs[0]);
+                    if (conv_shape && other_shape && sum_shape && *conv_shape == *other_shape &&
+                        *conv_shape == *sum_shape && is_float32(graph, other)) {
+                        z = other;
+                        chain.nodes.push_back(next);
+                        tail = add.outputs[0];
+                    }
+                }
+            }
+            std::string activation;
+            std::vector<float> params;
+            if (single_reader(tail, next) && fusable_activation(graph, graph.nodes[next], activation, params)) {
+                chain.nodes.push_back(next);
+                tail = graph.nodes[next].outputs[0];
+            } else {
+                activation.clear();
+            }
+            if (chain.nodes.size() == 1) continue;
+
+            Node fused;
+            fused.name = conv.name.empty() ? tail + "_fused_conv" : conv.name + "_fused";
+            fused.op_type = "FusedConv";
+            fused.domain = kFusedDomain;
+            fused.inputs = conv.inputs;
+            fused.inputs.resize(3);  // X, W, B ("" when absent)
+            if (!z.empty()) fused.inputs.push_back(z);
+            while (!fused.inputs.empty() && fused.inputs.back().empty()) fused.inputs.pop_back();
+            fused.outputs = {tail};
+            fused.attributes = conv.attributes;
+            if (!activation.empty()) {
+                fused.attributes.push_back(fusion::make_attribute("activation", activation));
+                if (!params.empty()) fused.attributes.push_back(fusion::make_attribute("activation_params", params));
+            }
+            for (size_t n : chain.nodes) taken[n] = true;
+            chain.fused = std::move(fused);
+            chains.push_back(std::move(chain));
+        }
+        return chains;
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<GraphPass> make_fuse_conv_activation_pass() { return std::make_unique<FuseConvActivation>(); }
+
+}  // namespace tessera

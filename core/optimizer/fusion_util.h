@@ -1,0 +1,40 @@
+// What the fusion passes share: reading constant tensors, making new ones, and finding single-consumer chains.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace tessera::fusion {
+
+// The float32 elements of a constant tensor, or nullopt when `name` is not a float32 constant with `count`
+// elements (count < 0: any).
+std::optional<std::vector<float>> constant_floats(const Graph& graph, const std::string& name, int64_t count = -1);
+// The constant's dims, or nullopt when it is not a constant tensor.
+std::optional<std::vector<int64_t>> constant_dims(const Graph& graph, const std::string& name);
+
+// Adds a float32 initializer under a fresh name derived from `base`; returns the name.
+std::string add_float_constant(Graph& graph, const std::string& base, std::vector<int64_t> dims,
+                               const std::vector<float>& values);
+
+// Node indices reading each value (graph outputs are not counted here).
+std::unordered_map<std::string, std::vector<size_t>> consumers(const Graph& graph);
+
+// True when `value` is read by exactly one node, which is `consumer`, and is neither a graph output nor read by a
+// subgraph body: it can disappear into a fused node.
+bool only_feeds(const Graph& graph, const std::unordered_map<std::string, std::vector<size_t>>& readers,
+                const std::string& value, size_t consumer);
+
+// The static shape of a value when every dimension is known.
+std::optional<std::vector<int64_t>> static_shape(const Graph& graph, const std::string& value);
+
+// Attribute helpers for nodes built by a fusion.
+onnx::AttributeProto make_attribute(const std::string& name, const std::string& value);
+onnx::AttributeProto make_attribute(const std::string& name, const std::vector<float>& values);
+float float_attribute(const Node& node, const std::string& name, float fallback);
+int64_t int_attribute(const Node& node, const std::string& name, int64_t fallback);
+
+}  // namespace tessera::fusion
