@@ -2,9 +2,10 @@
 
 - Level 1 (basic) folds an inference BatchNormalization into the Conv before it (core/optimizer/fuse_conv_batchnorm.cc).
 - Level 2 (extended) fuses Conv [+ Add/Sum of a same-shape residual] [+ Relu/Clip/Sigmoid/Tanh/LeakyRelu/HardSigmoid]
-  into com.microsoft FusedConv (core/optimizer/fuse_conv_activation.cc), run by the CPU provider's Conv kernel with
-  its epilogue (plugins/cpu/kernels/conv.cc), but only where the provider that would run the Conv claims the fused
-  node.
+  into FusedConv of the optimizer's domain (TESS_FUSED_OPS_DOMAIN, onnxruntime's com.microsoft FusedConv signature;
+  core/optimizer/fuse_conv_activation.cc), run by the CPU provider's Conv kernel with its epilogue
+  (plugins/cpu/kernels/conv.cc), but only where the provider that runs the fused node would have run every node it
+  replaces.
 - Level 3 (and 99) is everything and the default; level 0 rewrites nothing; other levels fail at session creation.
 
 Every model is built here with seeded random float32 weights, run at level 0 and at the optimized levels on the same
@@ -175,11 +176,11 @@ def conv_act(op: str, opset: int = 13, **attrs):
     return build
 
 
-def conv_bn(bias: bool, act: str | None = None, seed: int = 1):
+def conv_bn(bias: bool, act: str | None = None, seed: int = 1, opset: int = 13, **bn_attrs):
     def build():
-        b = Builder(seed)
+        b = Builder(seed, opset)
         x = b.input("x", [1, 4, 9, 11])
-        y = b.bn(b.conv(x, 4, 6, bias=bias, pads=[1, 1, 1, 1]), 6, epsilon=1e-3)
+        y = b.bn(b.conv(x, 4, 6, bias=bias, pads=[1, 1, 1, 1]), 6, epsilon=1e-3, **bn_attrs)
         b.output(b.node(act, [y]) if act else y)
         return b
     return build
@@ -258,7 +259,7 @@ def mobilenet_block():
     return build
 
 
-def shaped(x_shape, cout, kernel, act="Relu", group=1, bn=False, residual_relu=False, seed=51, **attrs):
+def shaped(x_shape, cout, kernel, act="Relu", group=1, bn=False, with_residual=False, seed=51, **attrs):
     """One Conv of the given geometry (+ BN) (+ residual) + activation: reaches the kernel's code paths."""
     def build():
         b = Builder(seed)
@@ -266,8 +267,8 @@ def shaped(x_shape, cout, kernel, act="Relu", group=1, bn=False, residual_relu=F
         y = b.conv(x, x_shape[1], cout, kernel=kernel, group=group, **attrs)
         if bn:
             y = b.bn(y, cout)
-        if residual_relu:
-            shape = tessera_free_conv_shape(x_shape, cout, kernel, attrs)
+        if with_residual:
+            shape = conv_output_shape(x_shape, cout, kernel, attrs)
             z = b.input("z", shape)
             y = b.node("Add", [y, z])
         if act == "Clip6":
@@ -279,7 +280,7 @@ def shaped(x_shape, cout, kernel, act="Relu", group=1, bn=False, residual_relu=F
     return build
 
 
-def tessera_free_conv_shape(x_shape, cout, kernel, attrs):
+def conv_output_shape(x_shape, cout, kernel, attrs):
     """The Conv output shape from explicit pads/strides/dilations (the cases here use no auto_pad)."""
     rank = len(kernel)
     pads = attrs.get("pads", [0] * 2 * rank)
@@ -292,12 +293,77 @@ def tessera_free_conv_shape(x_shape, cout, kernel, attrs):
     return out
 
 
+def two_resnet_blocks():
+    """Two basic blocks in a row: the second block's residual is the first block's fused output."""
+    def build():
+        b = Builder(35)
+        h = b.input("x", [1, 8, 9, 9])
+        for _ in range(2):
+            t = b.node("Relu", [b.bn(b.conv(h, 8, 8, bias=False, pads=[1, 1, 1, 1]), 8)])
+            t = b.bn(b.conv(t, 8, 8, bias=False, pads=[1, 1, 1, 1]), 8)
+            h = b.node("Relu", [b.node("Add", [t, h])])
+        b.output(h)
+        return b
+    return build
+
+
+def conv_add_constant():
+    """The residual is a constant of the Conv's shape."""
+    def build():
+        b = Builder(36)
+        c = b.conv(b.input("x", [1, 3, 6, 6]), 3, 4, pads=[1, 1, 1, 1])
+        z = b.const("z", b.rng.standard_normal((1, 4, 6, 6)).astype(np.float32))
+        b.output(b.node("Relu", [b.node("Add", [c, z])]))
+        return b
+    return build
+
+
+def dynamic_batch(with_add: bool):
+    """x is [N, 4, 6, 6]: the activation fuses; the Add does not (FusedConv needs Z's shape to be the Conv's)."""
+    def build():
+        b = Builder(37)
+        x = b.input("x", ["N", 4, 6, 6], b.rng.standard_normal((2, 4, 6, 6)).astype(np.float32))
+        c = b.conv(x, 4, 4, pads=[1, 1, 1, 1])
+        b.output(b.node("Relu", [b.node("Add", [c, b.node("Sigmoid", [x])]) if with_add else c]))
+        return b
+    return build
+
+
+def shared_weights(both_bn: bool):
+    """Two Convs read one weight initializer; both followed by BN, or only the first (the second must keep the
+    original weights)."""
+    def build():
+        b = Builder(38)
+        x = b.input("x", [1, 4, 7, 7])
+        c1 = b.conv(x, 4, 4, pads=[1, 1, 1, 1])
+        w = b.nodes[-1].input[1]
+        c2 = b.node("Conv", [b.node("Tanh", [x]), w], pads=[1, 1, 1, 1])
+        b.output(b.bn(c1, 4))
+        b.output(b.bn(c2, 4) if both_bn else c2)
+        return b
+    return build
+
+
+def activation_read_twice():
+    """Conv -> Relu, the Relu's output read by a Sigmoid and returned: the Conv and Relu still fuse."""
+    def build():
+        b = Builder(39)
+        r = b.node("Relu", [b.conv(b.input("x", [1, 3, 6, 6]), 3, 4, pads=[1, 1, 1, 1])])
+        b.output(r)
+        b.output(b.node("Sigmoid", [r]))
+        return b
+    return build
+
+
 F = FUSED
 CASES: dict[str, Case] = {
     # BatchNormalization folding (basic): no FusedConv without an activation or a sum.
     "conv_bn": Case(conv_bn(True), ops("Conv"), ops("Conv")),
     "conv_nobias_bn": Case(conv_bn(False, seed=2), ops("Conv"), ops("Conv")),
     "conv_bn_relu": Case(conv_bn(True, "Relu", seed=3), ops("Conv", "Relu"), ops(F)),
+    "conv_bn_opset9": Case(conv_bn(True, seed=5, opset=9), ops("Conv"), ops("Conv")),
+    "conv_bn_opset15_training_mode_0": Case(conv_bn(True, "Tanh", seed=6, opset=15, training_mode=0),
+                                            ops("Conv", "Tanh"), ops(F)),
     "conv_nobias_bn_sigmoid": Case(conv_bn(False, "Sigmoid", seed=4), ops("Conv", "Sigmoid"), ops(F)),
     # Activations.
     "conv_relu": Case(conv_act("Relu"), ops("Conv", "Relu"), ops(F)),
@@ -326,6 +392,15 @@ CASES: dict[str, Case] = {
     "batch2_resnet_basic_block": Case(resnet_block(2), ops("Conv", "Relu", "Conv", "Add", "Relu"), ops(F, F)),
     "mobilenet_inverted_residual": Case(mobilenet_block(), ops("Conv", "Clip", "Conv", "Clip", "Conv", "Add"),
                                         ops(F, F, F)),
+    "two_resnet_blocks": Case(two_resnet_blocks(), ops(*["Conv", "Relu", "Conv", "Add", "Relu"] * 2), ops(F, F, F, F)),
+    "conv_add_constant_relu": Case(conv_add_constant(), ops("Conv", "Add", "Relu"), ops(F)),
+    "dynamic_batch_conv_relu": Case(dynamic_batch(False), ops("Conv", "Relu"), ops(F)),
+    "dynamic_batch_conv_add_relu_fuses_no_add": Case(dynamic_batch(True), ops("Sigmoid", "Conv", "Add", "Relu"),
+                                                     ops("Sigmoid", "Conv", "Add", "Relu")),
+    "shared_weights_both_folded": Case(shared_weights(True), ops("Conv", "Tanh", "Conv"), ops("Conv", "Tanh", "Conv")),
+    "shared_weights_one_folded": Case(shared_weights(False), ops("Conv", "Tanh", "Conv"),
+                                      ops("Conv", "Tanh", "Conv")),
+    "activation_output_read_twice": Case(activation_read_twice(), ops("Conv", "Relu", "Sigmoid"), ops(F, "Sigmoid")),
     # Geometries (the CPU kernel's code paths: depthwise, direct, packed/im2col, pointwise, N-d).
     "depthwise_bn_clip": Case(shaped([1, 6, 9, 9], 6, (3, 3), act="Clip6", group=6, bn=True, pads=[1, 1, 1, 1]),
                               ops("Conv", "Clip"), ops(F)),
@@ -334,26 +409,28 @@ CASES: dict[str, Case] = {
     "conv_clip_without_bounds": Case(shaped([1, 3, 6, 6], 4, (3, 3), act="Clip"), ops("Conv", "Clip"), ops(F)),
     "depthwise_stride2_bn_relu": Case(shaped([2, 6, 9, 10], 6, (3, 3), group=6, bn=True, strides=[2, 2],
                                              pads=[1, 1, 1, 1]), ops("Conv", "Relu"), ops(F)),
-    "depthwise_multiplier2_add_tanh": Case(shaped([1, 4, 8, 8], 8, (3, 3), act="Tanh", group=4, residual_relu=True,
+    "depthwise_multiplier2_add_tanh": Case(shaped([1, 4, 8, 8], 8, (3, 3), act="Tanh", group=4, with_residual=True,
                                                   pads=[1, 1, 1, 1]), ops("Conv", "Add", "Tanh"), ops(F)),
     "strided_3x3_padded_relu": Case(shaped([1, 5, 11, 13], 7, (3, 3), strides=[2, 2], pads=[1, 1, 1, 1]),
                                     ops("Conv", "Relu"), ops(F)),
     "grouped_conv_relu": Case(shaped([1, 8, 9, 9], 12, (3, 3), group=4, pads=[1, 1, 1, 1]), ops("Conv", "Relu"),
                               ops(F)),
-    "grouped_conv_add_leakyrelu": Case(shaped([1, 6, 7, 9], 9, (3, 3), act="LeakyRelu", group=3, residual_relu=True,
+    "grouped_conv_add_leakyrelu": Case(shaped([1, 6, 7, 9], 9, (3, 3), act="LeakyRelu", group=3, with_residual=True,
                                               pads=[1, 1, 1, 1]), ops("Conv", "Add", "LeakyRelu"), ops(F)),
     "pointwise_1x1_relu": Case(shaped([1, 16, 7, 7], 24, (1, 1)), ops("Conv", "Relu"), ops(F)),
-    "pointwise_1x1_add_relu": Case(shaped([2, 16, 6, 5], 8, (1, 1), residual_relu=True),
+    "pointwise_1x1_add_relu": Case(shaped([2, 16, 6, 5], 8, (1, 1), with_residual=True),
                                    ops("Conv", "Add", "Relu"), ops(F)),
-    "packed_small_image_many_filters_add_relu": Case(shaped([1, 32, 7, 7], 64, (3, 3), residual_relu=True,
+    "packed_small_image_many_filters_add_relu": Case(shaped([1, 32, 7, 7], 64, (3, 3), with_residual=True,
                                                             pads=[1, 1, 1, 1]), ops("Conv", "Add", "Relu"), ops(F)),
-    "wide_image_bn_relu": Case(shaped([1, 8, 40, 36], 16, (3, 3), bn=True, pads=[1, 1, 1, 1]),
-                               ops("Conv", "Relu"), ops(F)),
+    "direct_cropped_grid_wide_image_bn_relu": Case(shaped([1, 8, 40, 36], 16, (3, 3), bn=True, pads=[1, 1, 1, 1]),
+                                                   ops("Conv", "Relu"), ops(F)),
     "dilated_5x5_sigmoid": Case(shaped([1, 4, 15, 14], 6, (5, 5), act="Sigmoid", dilations=[2, 2],
                                        pads=[4, 4, 4, 4]), ops("Conv", "Sigmoid"), ops(F)),
-    "cropped_direct_grid_add_hardsigmoid": Case(shaped([1, 8, 12, 12], 16, (3, 3), act="HardSigmoid",
-                                                       residual_relu=True), ops("Conv", "Add", "HardSigmoid"), ops(F)),
-    "conv1d_add_relu": Case(shaped([2, 4, 20], 6, (3,), residual_relu=True, pads=[1, 1]),
+    "tiled_im2col_add_hardsigmoid": Case(shaped([1, 8, 12, 12], 16, (3, 3), act="HardSigmoid", with_residual=True),
+                                         ops("Conv", "Add", "HardSigmoid"), ops(F)),
+    "same_upper_stride2_relu": Case(shaped([1, 3, 9, 10], 5, (3, 3), strides=[2, 2], auto_pad="SAME_UPPER"),
+                                    ops("Conv", "Relu"), ops(F)),
+    "conv1d_add_relu": Case(shaped([2, 4, 20], 6, (3,), with_residual=True, pads=[1, 1]),
                             ops("Conv", "Add", "Relu"), ops(F)),
     "conv3d_relu": Case(shaped([1, 2, 5, 6, 4], 3, (3, 3, 3), pads=[1, 1, 1, 1, 1, 1]), ops("Conv", "Relu"),
                         ops(F)),
@@ -397,11 +474,13 @@ def test_level_1_folds_batchnorm_but_makes_no_fused_conv():
 
 
 def test_level_0_changes_nothing():
+    """(Every case above also checks its level-0 plan.)  Constant nodes, BatchNormalization, Clip bounds: all kept."""
     for name in ("conv_bn_relu", "mobilenet_inverted_residual", "conv_clip_constant_node_bounds"):
-        model, _ = materialize(CASES[name])
+        model, feeds = materialize(CASES[name])
         session = tessera.InferenceSession(model, optimization_level=0)
         assert ops_of(session) == original_ops(model), name
-        assert "BatchNormalization" in ops_of(session) or name == "conv_clip_constant_node_bounds"
+        assert FUSED not in ops_of(session)
+        session.run(None, feeds)
 
 
 @pytest.mark.parametrize("level", [-1, 4, 5, 98, 100])
@@ -541,6 +620,14 @@ def _sum_read_twice():
     return b
 
 
+def _sum_of_three():
+    b = Builder(76)
+    x = b.input("x", [1, 4, 6, 6])
+    s3 = b.node("Sum", [b.conv(x, 4, 4, pads=[1, 1, 1, 1]), b.node("Relu", [x]), b.node("Sigmoid", [x])])
+    b.output(b.node("Relu", [s3]))
+    return b
+
+
 def _unsupported_activation():
     b = Builder(73)
     c = b.conv(b.input("x", [1, 3, 8, 8]), 3, 4, pads=[1, 1, 1, 1])
@@ -570,6 +657,8 @@ NEGATIVE: dict[str, Case] = {
     "double_conv_relu": Case(_double_conv_relu, ops("Conv", "Relu"), ops("Conv", "Relu"), onnxruntime=False),
     "sum_read_by_two_activations": Case(_sum_read_twice, ops("Sigmoid", "Conv", "Add", "Relu", "Tanh"),
                                         ops("Sigmoid", F, "Relu", "Tanh")),
+    "sum_of_three_inputs": Case(_sum_of_three, ops("Relu", "Sigmoid", "Conv", "Sum", "Relu"),
+                                ops("Relu", "Sigmoid", "Conv", "Sum", "Relu")),
     "activation_fused_conv_does_not_define": Case(_unsupported_activation, ops("Conv", "Elu"), ops("Conv", "Elu")),
 }
 
