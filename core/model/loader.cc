@@ -1,9 +1,15 @@
 #include "model/loader.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <limits>
 #include <sstream>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
@@ -56,19 +62,23 @@ struct Scope {
     bool is_subgraph;
 };
 
-Graph build_graph(const onnx::GraphProto& g, const Scope& scope) {
+// `owned`, when given, is `g` itself, which the caller discards afterwards: its initializers' bytes are moved out.
+Graph build_graph(const onnx::GraphProto& g, const Scope& scope, onnx::GraphProto* owned = nullptr) {
     Graph graph;
     graph.name = g.name();
     graph.ir_version = scope.ir_version;
     graph.opsets = *scope.opsets;
     graph.outer_scope = scope.outer;
 
-    for (const auto& init : g.initializer()) {
+    for (int i = 0; i < g.initializer_size(); ++i) {
+        const auto& init = g.initializer(i);
         if (init.name().empty()) fail(TESS_STATUS_INVALID_MODEL, "an initializer has no name");
         if (graph.initializers.count(init.name()))
             fail(TESS_STATUS_INVALID_MODEL, "initializer '{}' is defined twice", init.name());
-        graph.initializers[init.name()] =
-            tensor_from_proto(init, *scope.policy, fmt::format("initializer '{}'", init.name()));
+        const std::string what = fmt::format("initializer '{}'", init.name());
+        graph.initializers[init.name()] = owned != nullptr
+                                              ? take_tensor_from_proto(*owned->mutable_initializer(i), *scope.policy, what)
+                                              : tensor_from_proto(init, *scope.policy, what);
         TypeInfo type;
         type.kind = TESS_VALUE_TENSOR;
         type.element_type = init.data_type();
@@ -163,7 +173,7 @@ Graph build_graph(const onnx::GraphProto& g, const Scope& scope) {
     return graph;
 }
 
-Graph build_model_graph(const onnx::ModelProto& model, const ExternalDataPolicy& policy) {
+Graph build_model_graph(onnx::ModelProto& model, const ExternalDataPolicy& policy) {
     std::map<std::string, int64_t> opsets;
     for (const auto& opset : model.opset_import()) {
         if (opset.version() < 1)
@@ -173,7 +183,7 @@ Graph build_model_graph(const onnx::ModelProto& model, const ExternalDataPolicy&
     }
     if (opsets.empty()) fail(TESS_STATUS_INVALID_MODEL, "the model imports no opset");
     Scope scope{&opsets, model.ir_version(), &policy, {}, false};
-    return build_graph(model.graph(), scope);
+    return build_graph(model.graph(), scope, model.mutable_graph());
 }
 
 LoadedModel load(onnx::ModelProto& model, std::optional<fs::path> base_dir) {
@@ -242,13 +252,28 @@ LoadedModel load_model_bytes(const void* data, size_t size, std::optional<fs::pa
 LoadedModel load_model_file(const fs::path& path) {
     std::error_code ec;
     if (!fs::is_regular_file(path, ec)) fail(TESS_STATUS_NOT_FOUND, "model file '{}' not found", path.string());
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail(TESS_STATUS_NOT_FOUND, "cannot open model file '{}'", path.string());
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     fs::path dir = path.parent_path();
     if (dir.empty()) dir = ".";
     try {
-        return load_model_bytes(bytes.data(), bytes.size(), dir);
+        // Parsed straight from the file, so that the model's bytes are not held twice (file image and message).
+        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) fail(TESS_STATUS_NOT_FOUND, "cannot open model file '{}'", path.string());
+        google::protobuf::io::FileInputStream stream(fd);
+        stream.SetCloseOnDelete(true);
+        struct stat info {};
+        if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode))
+            fail(TESS_STATUS_NOT_FOUND, "model file '{}' is not a regular file", path.string());
+        if (info.st_size == 0) fail(TESS_STATUS_INVALID_ARGUMENT, "the model is empty");
+        if (info.st_size > std::numeric_limits<int>::max())
+            fail(TESS_STATUS_INVALID_MODEL, "the model is larger than 2 GiB; store its weights as external data");
+        onnx::ModelProto model;
+        {
+            google::protobuf::io::CodedInputStream coded(&stream);
+            coded.SetTotalBytesLimit(std::numeric_limits<int>::max());
+            if (!model.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage())
+                fail(TESS_STATUS_INVALID_MODEL, "not a valid ONNX model (the protobuf does not parse)");
+        }
+        return load(model, dir);
     } catch (const Error& e) {
         throw Error(e.code(), fmt::format("{}: {}", path.filename().string(), e.what()));
     }

@@ -149,4 +149,25 @@ ValuePtr tensor_from_proto(const onnx::TensorProto& proto, const ExternalDataPol
     return value;
 }
 
+ValuePtr take_tensor_from_proto(onnx::TensorProto& proto, const ExternalDataPolicy& policy, const std::string& what) {
+    const int32_t type = proto.data_type();
+    const bool movable = proto.has_raw_data() && proto.data_location() != onnx::TensorProto::EXTERNAL &&
+                         !proto.has_segment() && type != TESS_ELEMENT_STRING && is_valid_element_type(type);
+    if (!movable) return tensor_from_proto(proto, policy, what);
+    std::vector<int64_t> dims(proto.dims().begin(), proto.dims().end());
+    for (int64_t d : dims)
+        if (d < 0) fail(TESS_STATUS_INVALID_MODEL, "{} has a negative dimension", what);
+    const size_t bytes = storage_bytes(type, checked_element_count(dims.data(), dims.size()));
+    if (proto.raw_data().size() != bytes)
+        fail(TESS_STATUS_INVALID_MODEL, "{} has {} bytes of raw data but its shape needs {}", what,
+             proto.raw_data().size(), bytes);
+    if (bytes < 4096) return tensor_from_proto(proto, policy, what);  // small: an aligned copy costs nothing
+    auto holder = std::make_unique<std::string>();
+    holder->swap(*proto.mutable_raw_data());
+    ValuePtr value = make_borrowed_tensor(type, std::move(dims), holder->data(), bytes);
+    value->deleter = [](void* owner, void*) { delete static_cast<std::string*>(owner); };
+    value->deleter_data = holder.release();
+    return value;
+}
+
 }  // namespace tessera

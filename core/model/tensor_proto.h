@@ -20,4 +20,8 @@ struct ExternalDataPolicy {
 // Converts a tensor; `what` names it in error messages ("initializer 'w'", "attribute 'value' of node ...").
 ValuePtr tensor_from_proto(const onnx::TensorProto& proto, const ExternalDataPolicy& policy, const std::string& what);
 
+// The same for a proto the caller is about to discard: raw data is moved into the value instead of copied, so that
+// a large model's weights exist once in memory while it loads (the value's data is then 16-byte aligned, not 64).
+ValuePtr take_tensor_from_proto(onnx::TensorProto& proto, const ExternalDataPolicy& policy, const std::string& what);
+
 }  // namespace tessera

@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 namespace tessera::cpu {
@@ -109,6 +110,14 @@ void blas_product(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T
     }
 }
 
+// OpenBLAS's single-threaded build shares an unlocked buffer pool between calls, so calls from several threads at
+// once corrupt each other's results: the calls that still go to it (double, and float on CPUs without the packed
+// micro-kernels) take turns.
+std::mutex& blas_mutex() {
+    static std::mutex mutex;
+    return mutex;
+}
+
 void check_blas_range(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
     for (int64_t v : {M, N, K, lda, ldb, ldc}) {
         if (v < 0 || v > INT_MAX) {
@@ -131,7 +140,15 @@ void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, st
         fill_scaled(C, ldc, M, N, beta);
         return;
     }
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if constexpr (std::is_same_v<T, float>) {
+        if (packed_gemm_supported()) {
+            packed_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        } else {
+            std::lock_guard lock(blas_mutex());
+            blas_product<T>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        }
+    } else if constexpr (std::is_same_v<T, double>) {
+        std::lock_guard lock(blas_mutex());
         blas_product<T>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     } else {
         loop_gemm<T>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -399,6 +416,173 @@ void packed_gemm_rows(const PackedFilters& A, int64_t panel_begin, int64_t panel
                       const int64_t* row_offsets, int64_t N, const float* bias, float* C, int64_t ldc) {
     packed_gemm_loops(A, panel_begin, panel_end, tile_kernel().table, 0, row_offsets, N, bias, C, ldc,
                       [&](int64_t n0, int64_t) { return B + n0; });
+}
+
+// ---- Float GEMM on the packed micro-kernels ---------------------------------------------------------------------
+
+namespace {
+
+// Column chunk and depth block of packed_sgemm: a [kc x chunk] block of packed B (<= 512 KB) stays in L2 while the
+// row panels sweep it; each row panel's [kc x 8] slice and one [kc x 32] column panel stay in L1.
+constexpr int64_t kSgemmChunk = 512;
+constexpr int64_t kSgemmDepth = 256;
+
+// Columns [n0, n0 + cols) of op(B), rows [k0, k0 + kc), into one panel [kc][width] (lanes past cols left as they
+// are: the micro-kernel masks them).
+void pack_b_panel(bool trans_b, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t n0, int64_t cols,
+                  int64_t width, float* dst) {
+    if (!trans_b && cols == width && width == 32) {
+        // The common case as a fixed-size copy the compiler turns into two vector moves (a memcpy call per
+        // 128-byte row costs more than the copy).
+        for (int64_t k = 0; k < kc; ++k) {
+            const float* src = B + (k0 + k) * ldb + n0;
+            float* row = dst + k * 32;
+#pragma GCC unroll 32
+            for (int i = 0; i < 32; ++i) row[i] = src[i];
+        }
+    } else if (!trans_b) {
+        for (int64_t k = 0; k < kc; ++k)
+            std::memcpy(dst + k * width, B + (k0 + k) * ldb + n0, static_cast<size_t>(cols) * sizeof(float));
+    } else {
+        for (int64_t j = 0; j < cols; ++j) {
+            const float* src = B + (n0 + j) * ldb + k0;
+            for (int64_t k = 0; k < kc; ++k) dst[k * width + j] = src[k];
+        }
+    }
+}
+
+// Rows [m0, m0 + rows) of alpha * op(A), depth [k0, k0 + kc), into one panel [kc][panel_rows] (missing rows zero).
+void pack_a_panel(bool trans_a, const float* A, int64_t lda, float alpha, int64_t k0, int64_t kc, int64_t m0,
+                  int64_t rows, int64_t panel_rows, float* dst) {
+    if (rows < panel_rows) std::fill(dst, dst + kc * panel_rows, 0.0f);
+    if (trans_a) {
+        for (int64_t k = 0; k < kc; ++k) {
+            const float* src = A + (k0 + k) * lda + m0;
+            for (int64_t r = 0; r < rows; ++r) dst[k * panel_rows + r] = alpha * src[r];
+        }
+    } else {
+        for (int64_t r = 0; r < rows; ++r) {
+            const float* src = A + (m0 + r) * lda + k0;
+            for (int64_t k = 0; k < kc; ++k) dst[k * panel_rows + r] = alpha * src[k];
+        }
+    }
+}
+
+}  // namespace
+
+namespace {
+
+// y[r * incy] = alpha * dot(mat row r, x) + beta * y (beta 0: y not read), rows of `depth` contiguous elements.
+// Sixteen partial sums per row: the products are memory-bound anyway, and the split keeps the rounding error of long
+// dot products near BLAS's (one chain over K loses digits when the sum cancels).
+void gemv_dots(int64_t rows, int64_t depth, const float* mat, int64_t ld, const float* x, int64_t incx, float alpha,
+               float beta, float* y, int64_t incy) {
+    constexpr int kLanes = 16;
+    thread_local std::vector<float> packed_x;
+    if (incx != 1) {
+        packed_x.resize(static_cast<size_t>(depth));
+        for (int64_t k = 0; k < depth; ++k) packed_x[k] = x[k * incx];
+        x = packed_x.data();
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* row = mat + r * ld;
+        float acc[kLanes] = {};
+        int64_t k = 0;
+        for (; k + kLanes <= depth; k += kLanes)
+            for (int l = 0; l < kLanes; ++l) acc[l] += row[k + l] * x[k + l];
+        for (int l = 0; k < depth; ++k, ++l) acc[l] += row[k] * x[k];
+        float sum = 0.0f;
+        for (int l = 0; l < kLanes; ++l) sum += acc[l];
+        float& out = y[r * incy];
+        out = alpha * sum + (beta == 0.0f ? 0.0f : beta * out);
+    }
+}
+
+// y[n] = alpha * sum_k x[k * incx] * mat[k * ld + n] + beta * y[n] (beta 0: y not read), as four interleaved partial
+// sums over k for the same reason.
+void gemv_axpys(int64_t depth, int64_t cols, const float* mat, int64_t ld, const float* x, int64_t incx, float alpha,
+                float beta, float* y) {
+    constexpr int kSplit = 4;
+    constexpr int64_t kBlock = 256;
+    float partial[kSplit][kBlock];
+    for (int64_t n0 = 0; n0 < cols; n0 += kBlock) {
+        const int64_t nb = std::min(kBlock, cols - n0);
+        for (auto& p : partial) std::fill(p, p + nb, 0.0f);
+        for (int64_t k = 0; k < depth; ++k) {
+            const float xk = x[k * incx];
+            const float* row = mat + k * ld + n0;
+            float* p = partial[k % kSplit];
+            for (int64_t n = 0; n < nb; ++n) p[n] += xk * row[n];
+        }
+        for (int64_t n = 0; n < nb; ++n) {
+            const float sum = (partial[0][n] + partial[1][n]) + (partial[2][n] + partial[3][n]);
+            y[n0 + n] = alpha * sum + (beta == 0.0f ? 0.0f : beta * y[n0 + n]);
+        }
+    }
+}
+
+}  // namespace
+
+void packed_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+    // Matrix-vector shapes: a 1-row (or 1-column) product would fill one row of the 8-row register tile.
+    if (M == 1) {
+        if (trans_b) gemv_dots(N, K, B, ldb, A, trans_a ? lda : 1, alpha, beta, C, 1);
+        else gemv_axpys(K, N, B, ldb, A, trans_a ? lda : 1, alpha, beta, C);
+        return;
+    }
+    if (N == 1) {
+        const int64_t incb = trans_b ? 1 : ldb;
+        if (!trans_a) {
+            gemv_dots(M, K, A, lda, B, incb, alpha, beta, C, ldc);
+        } else {
+            thread_local std::vector<float> column;
+            column.resize(static_cast<size_t>(M));
+            gemv_axpys(K, M, A, lda, B, incb, alpha, 0.0f, column.data());
+            for (int64_t m = 0; m < M; ++m) C[m * ldc] = column[m] + (beta == 0.0f ? 0.0f : beta * C[m * ldc]);
+        }
+        return;
+    }
+    const TileKernel& kernel = tile_kernel();
+    const int64_t width = kernel.cols, panel_rows = kernel.rows;
+    if (beta != 0.0f && beta != 1.0f) {
+        fill_scaled(C, ldc, M, N, beta);
+        beta = 1.0f;
+    }
+    thread_local std::vector<float> b_scratch, a_scratch;
+    const int64_t chunk_cols = std::min(kSgemmChunk, (N + width - 1) / width * width);
+    const int64_t depth = std::min(kSgemmDepth, K);
+    const int64_t row_panels = (M + panel_rows - 1) / panel_rows;
+    if (b_scratch.size() < static_cast<size_t>(chunk_cols * depth)) b_scratch.resize(static_cast<size_t>(chunk_cols * depth));
+    if (a_scratch.size() < static_cast<size_t>(row_panels * panel_rows * depth))
+        a_scratch.resize(static_cast<size_t>(row_panels * panel_rows * depth));
+    float* packed_b = b_scratch.data();
+    float* packed_a = a_scratch.data();
+    for (int64_t n0 = 0; n0 < N; n0 += kSgemmChunk) {
+        const int64_t nc = std::min(kSgemmChunk, N - n0);
+        const int64_t col_panels = (nc + width - 1) / width;
+        for (int64_t k0 = 0; k0 < K; k0 += kSgemmDepth) {
+            const int64_t kc = std::min(kSgemmDepth, K - k0);
+            for (int64_t j = 0; j < col_panels; ++j) {
+                pack_b_panel(trans_b, B, ldb, k0, kc, n0 + j * width, std::min(width, nc - j * width), width,
+                             packed_b + j * kc * width);
+            }
+            // A is packed once per (chunk, depth block); with one chunk that is once per depth block.
+            for (int64_t p = 0; p < row_panels; ++p) {
+                pack_a_panel(trans_a, A, lda, alpha, k0, kc, p * panel_rows,
+                             std::min(panel_rows, M - p * panel_rows), panel_rows, packed_a + p * kc * panel_rows);
+            }
+            const bool first_pass = k0 == 0 && beta == 0.0f;
+            for (int64_t j = 0; j < col_panels; ++j) {
+                const int64_t col = n0 + j * width, cols = std::min(width, N - col);
+                for (int64_t p = 0; p < row_panels; ++p) {
+                    const int64_t row = p * panel_rows;
+                    kernel.strided(kc, packed_a + p * kc * panel_rows, packed_b + j * kc * width, width, nullptr,
+                                   C + row * ldc + col, ldc, std::min(panel_rows, M - row), cols, nullptr, first_pass);
+                }
+            }
+        }
+    }
 }
 
 MatMulPlan plan_matmul(const Shape& a, const Shape& b, std::string_view op) {

@@ -110,6 +110,13 @@ void packed_gemm(const PackedFilters& A, int64_t panel_begin, int64_t panel_end,
 void packed_gemm_rows(const PackedFilters& A, int64_t panel_begin, int64_t panel_end, const float* B,
                       const int64_t* row_offsets, int64_t N, const float* bias, float* C, int64_t ldc);
 
+// Row-major float C[M,N] = alpha * op(A) * op(B) + beta * C (as gemm_serial) on the packed micro-kernels, on the
+// calling thread: op(A) and op(B) are packed block by block into thread-local panels.  OpenBLAS's single-threaded
+// build is not safe to call from several threads at once (its buffer pool is unlocked), and this path also skips
+// OpenBLAS's own copies.  Requires packed_gemm_supported(); never throws.
+void packed_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
 // ONNX/numpy MatMul shapes: 1-D operands are promoted (A to [1,K], B to [K,1]) and the promoted dimension removed
 // from the result; batch dimensions broadcast.
 struct MatMulPlan {
