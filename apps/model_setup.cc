@@ -114,11 +114,11 @@ std::vector<ValueInfo> inputs_to_feed(const std::optional<std::string>& model) {
     if (!model) {
         if (tessera_default_model_size == 0)
             throw UsageError("this build embeds no default model; give a MODEL");
-        return onnx_io::graph_inputs(onnx_io::parse_model(tessera_default_model, tessera_default_model_size));
+        return onnx_io::graph_inputs(
+            onnx_io::parse_model_interface(tessera_default_model, tessera_default_model_size));
     }
-    const std::string bytes = onnx_io::read_file(*model);
     try {
-        return onnx_io::graph_inputs(onnx_io::parse_model(bytes.data(), bytes.size()));
+        return onnx_io::graph_inputs(onnx_io::load_model_interface(*model));
     } catch (const Error& e) {
         rethrow_in("cannot load model '" + *model + "'", e);
     }

@@ -1,6 +1,9 @@
 // Conversion between ONNX protobuf files and Tessera values; see onnx_io.h.
 #include "onnx_io.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
@@ -12,6 +15,10 @@
 #include <iterator>
 #include <limits>
 #include <set>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <google/protobuf/wire_format_lite.h>
 
 namespace tessera::onnx_io {
 namespace {
@@ -316,6 +323,81 @@ onnx::ModelProto parse_model(const void* data, size_t size) {
         !model.ParseFromArray(data, static_cast<int>(size)))
         fail(TESS_STATUS_INVALID_MODEL, "not a valid ONNX model (ModelProto)");
     return model;
+}
+
+namespace {
+
+using google::protobuf::internal::WireFormatLite;
+
+// Copies the graph's inputs, and its initializers' names only, from a serialized GraphProto: the weights, the bulk
+// of a model, are skipped, never held in memory.
+bool read_graph_interface(google::protobuf::io::CodedInputStream& in, onnx::GraphProto& graph) {
+    constexpr int kInitializer = 5, kInput = 11;
+    while (const uint32_t tag = in.ReadTag()) {
+        const int field = WireFormatLite::GetTagFieldNumber(tag);
+        const bool message = WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
+        if (message && field == kInput) {
+            if (!WireFormatLite::ReadMessage(&in, graph.add_input())) return false;
+        } else if (message && field == kInitializer) {
+            // TensorProto: keep field 8 (name), skip the rest (dims, raw_data, ...).
+            const auto limit = in.ReadLengthAndPushLimit();
+            onnx::TensorProto* init = graph.add_initializer();
+            while (const uint32_t inner = in.ReadTag()) {
+                if (WireFormatLite::GetTagFieldNumber(inner) == 8 &&
+                    WireFormatLite::GetTagWireType(inner) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+                    if (!WireFormatLite::ReadString(&in, init->mutable_name())) return false;
+                } else if (!WireFormatLite::SkipField(&in, inner)) {
+                    return false;
+                }
+            }
+            if (!in.ConsumedEntireMessage() || !in.CheckEntireMessageConsumedAndPopLimit(limit)) return false;
+        } else if (!WireFormatLite::SkipField(&in, tag)) {
+            return false;
+        }
+    }
+    return in.ConsumedEntireMessage();
+}
+
+onnx::ModelProto read_model_interface(google::protobuf::io::CodedInputStream& in) {
+    constexpr int kGraph = 7;
+    in.SetTotalBytesLimit(std::numeric_limits<int>::max());
+    onnx::ModelProto model;
+    bool ok = true;
+    while (ok) {
+        const uint32_t tag = in.ReadTag();
+        if (tag == 0) break;
+        if (WireFormatLite::GetTagFieldNumber(tag) == kGraph &&
+            WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+            const auto limit = in.ReadLengthAndPushLimit();
+            ok = read_graph_interface(in, *model.mutable_graph()) && in.CheckEntireMessageConsumedAndPopLimit(limit);
+        } else {
+            ok = WireFormatLite::SkipField(&in, tag);
+        }
+    }
+    if (!ok || !in.ConsumedEntireMessage()) fail(TESS_STATUS_INVALID_MODEL, "not a valid ONNX model (ModelProto)");
+    return model;
+}
+
+}  // namespace
+
+onnx::ModelProto parse_model_interface(const void* data, size_t size) {
+    if (size > static_cast<size_t>(std::numeric_limits<int>::max()))
+        fail(TESS_STATUS_INVALID_MODEL, "not a valid ONNX model (ModelProto)");
+    google::protobuf::io::CodedInputStream in(static_cast<const uint8_t*>(data), static_cast<int>(size));
+    return read_model_interface(in);
+}
+
+onnx::ModelProto load_model_interface(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail(TESS_STATUS_NOT_FOUND, "cannot read " + quoted(path) + ": " + std::strerror(errno));
+    google::protobuf::io::FileInputStream file(fd);
+    file.SetCloseOnDelete(true);
+    try {
+        google::protobuf::io::CodedInputStream in(&file);
+        return read_model_interface(in);
+    } catch (const Error& e) {
+        fail(e.code(), quoted(path) + " is " + e.what());
+    }
 }
 
 onnx::ModelProto load_model(const std::string& path) {

@@ -27,6 +27,10 @@ void write_file(const std::string& path, const std::string& bytes);
 // Parses a ModelProto; INVALID_MODEL when the bytes are not one.  External data is not loaded.
 onnx::ModelProto load_model(const std::string& path);
 onnx::ModelProto parse_model(const void* data, size_t size);
+// A model with only what its callers see: the graph's inputs and its initializers' names (no weights), read without
+// holding the whole model in memory.  graph_inputs() works on it.
+onnx::ModelProto parse_model_interface(const void* data, size_t size);
+onnx::ModelProto load_model_interface(const std::string& path);
 
 // ---- Declared types ------------------------------------------------------------------------------------------
 // A graph value's declared type is described with tessera::ValueInfo, whether it comes from the model proto or from
