@@ -2,6 +2,7 @@
 // creates an environment accepts.
 #pragma once
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -79,17 +80,22 @@ struct EnvFlags {
     static const char* help();
 };
 
-// The options of the commands that create a session (--providers, --strict, --threads, --optimization).
+// The options of the commands that create a session (--providers, --strict, --threads, --optimization, --profile).
 struct SessionFlags {
     std::vector<std::string> providers;
     bool strict = false;
     int threads = -1;       // -1: the session's default
     int optimization = -1;  // -1: the session's default
+    std::string profile;    // --profile FILE: the trace file; "" when not profiling
 
     // Consumes one of the flags above when it is next.
     bool parse(Args& args);
     void apply(SessionOptions& options) const;
 };
+
+// --profile: ends the session's profiling (writing the trace) and prints where it went and the time by operator type
+// (the 15 op types that took longest) to `out`.  Does nothing when the session is not profiled.
+void print_profile(Session& session, std::FILE* out);
 
 // Subcommands: each returns the exit status and throws UsageError / tessera::Error / std::exception.
 int run_command(Args& args);

@@ -42,7 +42,9 @@ constexpr const char* kBenchOptions =
     "  --providers A,B     provider priority list, most preferred first (default: every usable one, CPU last)\n"
     "  --strict            fail instead of falling back when a listed provider cannot take a node\n"
     "  --threads N         intra-op threads (default: one per core)\n"
-    "  --optimization N    0 disables the graph optimizer, 1 (default) runs it\n";
+    "  --optimization N    0 disables the graph optimizer, 1 (default) runs it\n"
+    "  --profile FILE      profile session creation and every run into FILE (a Chrome trace: ui.perfetto.dev\n"
+    "                      opens it), then print the time by operator type (on stderr with --json)\n";
 
 struct BenchFlags {
     std::optional<std::string> model;
@@ -338,6 +340,7 @@ int bench_command(Args& args) {
     if (flags.json) print_json(report);
     else print_text(report);
     std::fflush(stdout);
+    print_profile(session, flags.json ? stderr : stdout);  // stdout stays one JSON object with --json
     return 0;
 }
 

@@ -75,6 +75,8 @@ InspectFlags parse_flags(Args& args) {
         }
     }
     if (!flags.model) throw UsageError("'inspect' needs a MODEL (try 'tessera inspect --help')");
+    if (!flags.session.profile.empty())
+        throw UsageError("'inspect' runs nothing to profile: --profile is for run and bench");
     if (!flags.dot_file.empty() && flags.dot_file == flags.svg_file)
         throw UsageError("--dot and --svg name the same file");
     return flags;

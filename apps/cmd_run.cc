@@ -31,7 +31,9 @@ constexpr const char* kRunHelp =
     "  --strict            fail instead of falling back when a listed provider cannot take a node\n"
     "  --threads N         intra-op threads (default: one per core)\n"
     "  --optimization N    graph optimization level: 0 disabled, 1 basic, 2 extended (fusions), 3 all (default)\n"
-    "  --values N          values shown per output (default 6)\n";
+    "  --values N          values shown per output (default 6)\n"
+    "  --profile FILE      profile session creation and the run into FILE (a Chrome trace: ui.perfetto.dev opens\n"
+    "                      it), then print the time by operator type\n";
 
 struct RunFlags {
     std::optional<std::string> model;
@@ -146,6 +148,7 @@ int run_command(Args& args) {
         std::printf("wrote %zu output file%s to %s\n", results.size(), results.size() == 1 ? "" : "s",
                     flags.outputs_dir.c_str());
     }
+    print_profile(session, stdout);
     std::fflush(stdout);
     return 0;
 }

@@ -144,6 +144,11 @@ bool SessionFlags::parse(Args& args) {
         optimization = parse_int("--optimization", value, 0, 99);  // the core names the valid levels
         return true;
     }
+    if (args.option("--profile", value)) {
+        if (value.empty()) throw UsageError("option '--profile' needs a file name");
+        profile = value;
+        return true;
+    }
     return false;
 }
 
@@ -152,6 +157,15 @@ void SessionFlags::apply(SessionOptions& options) const {
     if (strict) options.strict(true);
     if (threads >= 0) options.intra_op_threads(threads);
     if (optimization >= 0) options.optimization_level(optimization);
+    if (!profile.empty()) options.profiling(profile);
+}
+
+void print_profile(Session& session, std::FILE* out) {
+    const std::string path = session.end_profiling();
+    if (path.empty()) return;
+    std::fprintf(out, "profile written to %s (open it in ui.perfetto.dev or chrome://tracing)\n", path.c_str());
+    std::fputs(session.profiling_summary(15).c_str(), out);
+    std::fflush(out);
 }
 
 const char* EnvFlags::help() {

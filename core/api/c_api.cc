@@ -1,5 +1,6 @@
 // The consumer API: status, environment, options, sessions.  Every body catches everything.
 #include <cstring>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -26,6 +27,16 @@ void fill_value_info(const IoInfo& io, TessValueInfo* out) {
     info.dims = io.type.dims.data();
     info.dim_params = io.dim_param_ptrs.data();
     std::memcpy(out, &info, info.struct_size);
+}
+
+// A profiling file in a directory that does not exist fails session creation, not the end of profiling.
+void check_profile_path(const TessSessionOptions* options) {
+    if (options == nullptr || options->profile_path.empty()) return;
+    const std::filesystem::path parent = std::filesystem::path(options->profile_path).parent_path();
+    std::error_code ec;
+    if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
+        fail(TESS_STATUS_INVALID_ARGUMENT, "profiling file '{}': directory '{}' does not exist",
+             options->profile_path, parent.string());
 }
 
 }  // namespace
@@ -190,6 +201,13 @@ TESS_EXPORT TessStatus* tess_session_options_set_optimization_level(TessSessionO
     });
 }
 
+TESS_EXPORT TessStatus* tess_session_options_set_profiling(TessSessionOptions* options, const char* file_path) {
+    return guarded([&] {
+        require(options, "options");
+        options->profile_path = file_path != nullptr ? file_path : "";
+    });
+}
+
 // ---- Sessions ----
 
 TESS_EXPORT TessStatus* tess_session_create(TessEnv* env, const char* model_path, const TessSessionOptions* options,
@@ -199,8 +217,11 @@ TESS_EXPORT TessStatus* tess_session_create(TessEnv* env, const char* model_path
         require(model_path, "model_path");
         require(out_session, "out_session");
         TessSessionOptions defaults;
+        check_profile_path(options);
         auto session = std::make_unique<TessSession>();
-        session->impl = std::make_unique<Session>(*env, load_model_file(model_path), options ? *options : defaults);
+        const int64_t load_start = Profiler::now_ns();
+        LoadedModel model = load_model_file(model_path);
+        session->impl = std::make_unique<Session>(*env, std::move(model), options ? *options : defaults, load_start);
         *out_session = session.release();
     });
 }
@@ -214,8 +235,11 @@ TESS_EXPORT TessStatus* tess_session_create_from_bytes(TessEnv* env, const void*
         TessSessionOptions defaults;
         std::optional<std::filesystem::path> dir;
         if (base_dir != nullptr) dir = base_dir;
+        check_profile_path(options);
         auto session = std::make_unique<TessSession>();
-        session->impl = std::make_unique<Session>(*env, load_model_bytes(data, size, dir), options ? *options : defaults);
+        const int64_t load_start = Profiler::now_ns();
+        LoadedModel model = load_model_bytes(data, size, dir);
+        session->impl = std::make_unique<Session>(*env, std::move(model), options ? *options : defaults, load_start);
         *out_session = session.release();
     });
 }
@@ -225,6 +249,30 @@ TESS_EXPORT void tess_session_release(TessSession* session) {
         delete session;
     } catch (...) {
     }
+}
+
+TESS_EXPORT TessStatus* tess_session_end_profiling(TessSession* session, const char** path_out) {
+    return guarded([&] {
+        require(session, "session");
+        require(path_out, "path_out");
+        Profiler* profiler = session->impl->profiler();
+        *path_out = profiler != nullptr ? profiler->end().c_str() : "";
+    });
+}
+
+TESS_EXPORT TessStatus* tess_session_profiling_summary(TessSession* session, size_t max_rows, const char** text_out) {
+    return guarded([&] {
+        require(session, "session");
+        require(text_out, "text_out");
+        const Profiler* profiler = session->impl->profiler();
+        if (profiler == nullptr) {
+            *text_out = "";
+            return;
+        }
+        std::string text = profiler->summary(max_rows);
+        std::lock_guard lock(session->summaries_mutex);
+        *text_out = session->summaries.emplace_back(std::move(text)).c_str();
+    });
 }
 
 TESS_EXPORT size_t tess_session_input_count(const TessSession* s) { return s ? s->impl->inputs().size() : 0; }

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/status.h"
+#include "exec/profiler.h"
 #include "plugins/contexts.h"
 
 namespace tessera {
@@ -111,7 +112,9 @@ const ProviderInstance* Executor::memory_owner(const ProviderInstance& instance)
 }
 
 std::vector<ValuePtr> Executor::run(const std::vector<std::pair<size_t, const TessValue*>>& inputs,
-                                    const std::vector<size_t>& output_ids) const {
+                                    const std::vector<size_t>& output_ids, Profiler* profiler) const {
+    const int64_t run_start = profiler != nullptr ? Profiler::now_ns() : 0;
+    const int64_t run_index = profiler != nullptr ? profiler->begin_run() : -1;
     // Per-run state lives on this stack frame: concurrent runs share nothing mutable.
     std::vector<const TessValue*> slots(names_.size(), nullptr);
     std::vector<ValuePtr> owned(names_.size());
@@ -144,8 +147,14 @@ std::vector<ValuePtr> Executor::run(const std::vector<std::pair<size_t, const Te
         ctx.input_count = args.size();
         ctx.outputs = &results;
         ctx.instance = part.instance;
+        ComputeProfile profile{profiler, run_index, p, &part.instance->provider().name};
+        const int64_t compute_start = profiler != nullptr ? Profiler::now_ns() : 0;
+        if (profiler != nullptr) ctx.profile = &profile;
         throw_if_error(part.instance->api().compute(part.compiled, &ctx),
                        fmt::format("provider '{}'", part.instance->provider().name));
+        if (profiler != nullptr)
+            profiler->partition(run_index, p, part.instance->provider().name, part.nodes.size(), compute_start,
+                                Profiler::now_ns());
         for (size_t o = 0; o < results.size(); ++o) {
             if (!results[o])
                 fail(TESS_STATUS_INTERNAL, "provider '{}' did not produce '{}'", part.instance->provider().name,
@@ -177,6 +186,7 @@ std::vector<ValuePtr> Executor::run(const std::vector<std::pair<size_t, const Te
             outputs.push_back(value->kind == TESS_VALUE_TENSOR ? to_host(*value) : clone_host(*value));
         }
     }
+    if (profiler != nullptr) profiler->run(run_index, run_start, Profiler::now_ns());
     return outputs;
 }
 

@@ -10,6 +10,8 @@
 
 namespace tessera {
 
+class Profiler;
+
 struct CompiledPartition {
     ProviderInstance* instance = nullptr;  // owned by the session
     TessCompiled* compiled = nullptr;
@@ -38,9 +40,10 @@ class Executor {
 public:
     Executor(const Graph& graph, std::vector<CompiledPartition> partitions);
 
-    // Runs with inputs by value id; returns the requested outputs as host values owned by the caller.
+    // Runs with inputs by value id; returns the requested outputs as host values owned by the caller.  With a
+    // profiler, the run, each partition's compute call and the nodes its provider reports are recorded there.
     std::vector<ValuePtr> run(const std::vector<std::pair<size_t, const TessValue*>>& inputs,
-                              const std::vector<size_t>& output_ids) const;
+                              const std::vector<size_t>& output_ids, Profiler* profiler = nullptr) const;
 
     size_t value_id(const std::string& name) const;  // SIZE_MAX when unknown
     const std::vector<CompiledPartition>& partitions() const { return partitions_; }

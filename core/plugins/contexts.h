@@ -9,12 +9,25 @@
 #include "tessera/provider.h"
 
 namespace tessera { class ProviderInstance; }
+namespace tessera { struct ComputeProfile; }  // exec/profiler.h
 
 struct TessCapabilityContext {
     std::vector<size_t> claimed;                          // node indices, in call order
     std::unordered_map<size_t, std::string> declined;     // node index -> reason
     std::vector<bool> offered;                            // indexed by node index: may be claimed
 };
+
+namespace tessera {
+
+// The compile call in progress on this thread, and the (node, input) reads of constants its provider released
+// (TessHostApi::compile_release_constant).  Set by the session around each compile call.
+struct CompileReleases {
+    const TessGraphView* view = nullptr;
+    std::vector<std::pair<size_t, size_t>> released;  // (graph node index, input index)
+};
+CompileReleases*& active_compile_releases();  // thread-local; NULL outside compile calls
+
+}  // namespace tessera
 
 struct TessShapeContext {
     struct Output {
@@ -31,4 +44,5 @@ struct TessComputeContext {
     size_t input_count = 0;
     std::vector<tessera::ValuePtr>* outputs = nullptr;   // sized by the caller
     tessera::ProviderInstance* instance = nullptr;        // allocates outputs
+    const tessera::ComputeProfile* profile = nullptr;     // the run's profiler; NULL when the run is not profiled
 };

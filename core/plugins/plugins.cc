@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "common/status.h"
+#include "exec/profiler.h"
 #include "plugins/contexts.h"
 
 namespace fs = std::filesystem;
@@ -84,6 +85,15 @@ TessStatus* host_value_create_tensor_view(int32_t element_type, const int64_t* d
     });
 }
 
+void host_compile_release_constant(const TessGraphView* graph, size_t node_index, size_t input_index) {
+    try {
+        tessera::CompileReleases* active = tessera::active_compile_releases();
+        if (active == nullptr || graph == nullptr || graph != active->view) return;  // not the compile in progress
+        active->released.emplace_back(node_index, input_index);
+    } catch (...) {
+    }
+}
+
 void host_shape_set_output(TessShapeContext* ctx, size_t index, int32_t element_type, const int64_t* dims,
                            int64_t rank) {
     try {
@@ -105,6 +115,21 @@ TessStatus* host_compute_set_output(TessComputeContext* ctx, size_t index, TessV
             fail(TESS_STATUS_INVALID_ARGUMENT, "set_output: output {} of {}", index, ctx->outputs->size());
         (*ctx->outputs)[index] = std::move(owned);
     });
+}
+
+// Profiling (exec/profiler.h): the compute context of a profiled run carries its profiler.
+int32_t host_compute_profiling(const TessComputeContext* ctx) {
+    return ctx != nullptr && ctx->profile != nullptr && ctx->profile->profiler->active() ? 1 : 0;
+}
+
+void host_compute_profile_node(TessComputeContext* ctx, const char* node_name, const char* op_type,
+                               const char* input_shapes, int64_t start_ns, int64_t end_ns) {
+    try {
+        if (ctx == nullptr || ctx->profile == nullptr) return;
+        const ComputeProfile& p = *ctx->profile;
+        p.profiler->node(p.run, p.partition, *p.provider, node_name, op_type, input_shapes, start_ns, end_ns);
+    } catch (...) {
+    }
 }
 
 }  // namespace
@@ -134,6 +159,11 @@ void tess_value_release(TessValue*);
 }
 
 namespace tessera {
+
+CompileReleases*& active_compile_releases() {
+    thread_local CompileReleases* active = nullptr;
+    return active;
+}
 
 const TessHostApi& host_api() {
     static const TessHostApi api = [] {
@@ -173,6 +203,9 @@ const TessHostApi& host_api() {
         a.compute_set_output = host_compute_set_output;
         a.value_create_tensor_view = host_value_create_tensor_view;
         a.shape_set_output = host_shape_set_output;
+        a.compile_release_constant = host_compile_release_constant;
+        a.compute_profiling = host_compute_profiling;
+        a.compute_profile_node = host_compute_profile_node;
         return a;
     }();
     return api;

@@ -28,21 +28,44 @@ IoInfo make_io_info(const Graph& graph, const std::string& name) {
 
 }  // namespace
 
-Session::Session(TessEnv& env, LoadedModel model, const TessSessionOptions& options)
+Session::Session(TessEnv& env, LoadedModel model, const TessSessionOptions& options, int64_t load_start_ns)
     : graph_(std::move(model.graph)) {
+    start_profiling(options, load_start_ns);
+    const int64_t providers_start = Profiler::now_ns();
     custom_ops_ = env.plugins.custom_ops();
     for (const auto& op : custom_ops_) custom_op_apis_.push_back(op->api);
     infer_custom_op_types();  // before the I/O descriptions, which show the inferred types
     for (const auto& in : graph_.inputs) inputs_.push_back(make_io_info(graph_, in));
     for (const auto& out : graph_.outputs) outputs_.push_back(make_io_info(graph_, out));
     choose_providers(env, options);
+    profile_phase("providers", providers_start, fmt::format("{{\"instances\":{}}}", instances_.size()));
+    const int64_t optimize_start = Profiler::now_ns();
     PassContext context;
     context.evaluate = [this](const Graph& graph, size_t node) { return evaluate_constant_node(graph, node); };
     context.placement = [this](const Graph& graph, const std::vector<size_t>& nodes) {
         return place_nodes(graph, nodes);
     };
     optimize(graph_, context, optimization_level_from_int(options.optimization_level));
+    profile_phase("optimize", optimize_start,
+                  fmt::format("{{\"level\":{},\"nodes\":{}}}", options.optimization_level, graph_.nodes.size()));
     compile(options);
+    profile_phase("compile", partition_end_ns_, fmt::format("{{\"partitions\":{}}}", executor_->partitions().size()));
+}
+
+// Profiling (exec/profiler.h): the profiler starts with session creation, its origin when loading began.
+void Session::start_profiling(const TessSessionOptions& options, int64_t load_start_ns) {
+    if (options.profile_path.empty()) return;
+    const int64_t now = Profiler::now_ns();
+    profiler_ = std::make_unique<Profiler>(options.profile_path, load_start_ns > 0 ? load_start_ns : now);
+    if (load_start_ns > 0)
+        profiler_->session_phase("load", load_start_ns, now, fmt::format("{{\"nodes\":{}}}", graph_.nodes.size()));
+}
+
+// Records a phase of session creation from `start_ns` to now (when profiling); returns now.
+int64_t Session::profile_phase(const char* name, int64_t start_ns, const std::string& args_json) {
+    const int64_t now = Profiler::now_ns();
+    if (profiler_) profiler_->session_phase(name, start_ns, now, args_json);
+    return now;
 }
 
 Session::~Session() {
@@ -133,6 +156,34 @@ void Session::infer_custom_op_types() {
     }
 }
 
+// Frees the constants every reader has copied (prepacked) for itself, so that weights are held once.  A constant
+// read by a subgraph body, or returned as a graph output, stays.
+void Session::free_released_constants(const std::set<std::pair<size_t, size_t>>& released) {
+    if (released.empty()) return;
+    std::unordered_map<std::string, bool> all_released;
+    for (size_t n = 0; n < graph_.nodes.size(); ++n) {
+        const Node& node = graph_.nodes[n];
+        for (size_t i = 0; i < node.inputs.size(); ++i) {
+            const std::string& name = node.inputs[i];
+            if (name.empty() || !graph_.initializers.count(name)) continue;
+            auto [it, inserted] = all_released.emplace(name, true);
+            if (!released.count({n, i})) it->second = false;
+        }
+        for (const auto& name : node.implicit_inputs) all_released[name] = false;
+    }
+    for (const auto& out : graph_.outputs) all_released[out] = false;
+    size_t freed = 0;
+    for (const auto& [name, releasable] : all_released) {
+        if (!releasable || graph_.is_graph_input(name)) continue;
+        auto it = graph_.initializers.find(name);
+        if (it == graph_.initializers.end()) continue;
+        freed += it->second->byte_size;
+        graph_.initializers.erase(it);
+    }
+    if (freed > 0)
+        log_message(TESS_LOG_DEBUG, "session", fmt::format("freed {} bytes of constants the providers prepacked", freed));
+}
+
 // The first provider (priority order) claiming each node, as the partitioner would ask them.
 std::vector<int> Session::place_nodes(const Graph& graph, const std::vector<size_t>& nodes) {
     std::vector<int> placement(nodes.size(), -1);
@@ -198,7 +249,11 @@ void Session::compile(const TessSessionOptions& options) {
 
     // A provider that fails to compile a group gives those nodes up to the next provider (unless strict).
     for (size_t attempt = 0;; ++attempt) {
+        std::set<std::pair<size_t, size_t>> released_reads;  // constants the compiled partitions copied
+        const int64_t partition_start = Profiler::now_ns();
         PartitionResult plan = partition_graph(request);
+        partition_end_ns_ = profile_phase("partition", partition_start,
+                                          fmt::format("{{\"groups\":{},\"attempt\":{}}}", plan.groups.size(), attempt));
         std::vector<CompiledPartition> compiled;
         bool retry = false;
         for (const auto& group : plan.groups) {
@@ -209,7 +264,12 @@ void Session::compile(const TessSessionOptions& options) {
             const TessGraphView* view = builder.build(group.nodes);
             part.inputs = builder.input_names();
             part.outputs = builder.output_names();
+            CompileReleases releases;
+            releases.view = view;
+            active_compile_releases() = &releases;
             TessStatus* status = part.instance->api().compile(part.instance->handle(), view, &part.compiled);
+            active_compile_releases() = nullptr;
+            for (const auto& read : releases.released) released_reads.insert(read);
             if (status != nullptr) {
                 std::string provider = part.instance->provider().name;
                 if (options.strict || attempt > instances_.size() * 4)
@@ -257,6 +317,7 @@ void Session::compile(const TessSessionOptions& options) {
             }
         }
         executor_ = std::make_unique<Executor>(graph_, std::move(compiled));
+        free_released_constants(released_reads);
         break;
     }
 }
@@ -318,7 +379,7 @@ std::vector<ValuePtr> Session::run(const std::vector<std::string>& input_names,
             fail(TESS_STATUS_INVALID_ARGUMENT, "the model has no output named '{}'", name);
         output_ids.push_back(executor_->value_id(name));
     }
-    return executor_->run(feeds, output_ids);
+    return executor_->run(feeds, output_ids, profiler_ && profiler_->active() ? profiler_.get() : nullptr);
 }
 
 }  // namespace tessera

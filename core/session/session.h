@@ -1,13 +1,16 @@
 // Environment and session: the objects behind TessEnv and TessSession.
 #pragma once
 
+#include <deque>
 #include <memory>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/log.h"
 #include "exec/executor.h"
+#include "exec/profiler.h"
 #include "model/loader.h"
 #include "plugins/plugins.h"
 
@@ -27,6 +30,7 @@ struct TessSessionOptions {
     int32_t intra_op_threads = 0;
     bool strict = false;
     int32_t optimization_level = 3;  // TESS_OPTIMIZATION_ALL
+    std::string profile_path;        // the trace file; "" when profiling is off (exec/profiler.h)
 };
 
 namespace tessera {
@@ -39,7 +43,8 @@ struct IoInfo {
 
 class Session {
 public:
-    Session(TessEnv& env, LoadedModel model, const TessSessionOptions& options);
+    // `load_start_ns` (Profiler::now_ns): when loading `model` began, for the profile's "load" phase; 0: unknown.
+    Session(TessEnv& env, LoadedModel model, const TessSessionOptions& options, int64_t load_start_ns = 0);
     ~Session();
 
     std::vector<ValuePtr> run(const std::vector<std::string>& input_names, const std::vector<const TessValue*>& inputs,
@@ -48,14 +53,19 @@ public:
     const std::vector<IoInfo>& inputs() const { return inputs_; }
     const std::vector<IoInfo>& outputs() const { return outputs_; }
     const std::vector<CompiledPartition>& partitions() const { return executor_->partitions(); }
+    // The session's profiler (TessSessionOptions::profile_path); NULL when profiling is off.
+    Profiler* profiler() const { return profiler_.get(); }
 
 private:
     void choose_providers(TessEnv& env, const TessSessionOptions& options);
     std::vector<ValuePtr> evaluate_constant_node(const Graph& graph, size_t node_index);
     std::vector<int> place_nodes(const Graph& graph, const std::vector<size_t>& nodes);
+    void free_released_constants(const std::set<std::pair<size_t, size_t>>& released);
     void compile(const TessSessionOptions& options);
     void check_input(const IoInfo& info, const TessValue& value) const;
     void infer_custom_op_types();
+    void start_profiling(const TessSessionOptions& options, int64_t load_start_ns);
+    int64_t profile_phase(const char* name, int64_t start_ns, const std::string& args_json);
 
     Graph graph_;
     std::vector<std::shared_ptr<const CustomOp>> custom_ops_;  // keeps the libraries loaded
@@ -63,10 +73,17 @@ private:
     std::vector<InstanceRef> instances_;  // priority order
     std::unique_ptr<Executor> executor_;
     std::vector<IoInfo> inputs_, outputs_;
+
+    // Profiling: NULL when off.  It refers to nothing else here; destroyed first, it writes the trace if end() has not.
+    std::unique_ptr<Profiler> profiler_;
+    int64_t partition_end_ns_ = 0;  // when the last partitioning ended: the start of the "compile" phase
 };
 
 }  // namespace tessera
 
 struct TessSession {
     std::unique_ptr<tessera::Session> impl;
+    // Texts handed out by tess_session_profiling_summary, valid until the session is released.
+    std::mutex summaries_mutex;
+    std::deque<std::string> summaries;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <unordered_map>
 
 #include "host.h"
@@ -325,10 +326,17 @@ CompiledGraph::CompiledGraph(const TessGraphView& view, const KernelSource& sour
             values_[id].producer = static_cast<int>(n);
             step.outputs.push_back(id);
         }
+        std::vector<size_t> released;
         try {
-            step.kernel = source.create(match, NodeInfo(node, &source));
+            step.kernel = source.create(match, NodeInfo(node, &source, &released));
         } catch (const KernelError& e) {
             throw KernelError(step.label + ": " + e.what());
+        }
+        for (size_t i : released) {
+            if (i >= node.input_count || step.inputs[i] < 0) continue;
+            step.released_inputs.push_back(i);
+            if (TESS_HAS_FIELD(&host(), TessHostApi, compile_release_constant) && host().compile_release_constant)
+                host().compile_release_constant(&view, node.index, i);
         }
         steps_.push_back(std::move(step));
     }
@@ -342,6 +350,7 @@ CompiledGraph::CompiledGraph(const TessGraphView& view, const KernelSource& sour
         if (info.output < 0) info.output = static_cast<int>(o);
         output_ids_.push_back(id);
     }
+    drop_released_constants();
 }
 
 CompiledGraph::~CompiledGraph() {
@@ -422,7 +431,30 @@ std::shared_ptr<MemoryPlan> build_plan(const Workspace& ws, const std::vector<in
 
 }  // namespace
 
-void CompiledGraph::run(const std::vector<Binding>& inputs, OutputSink& outputs, ThreadPool& pool) const {
+// A constant every reading step has copied is no longer bound: the core may free it once this graph is compiled.
+void CompiledGraph::drop_released_constants() {
+    std::vector<int> unreleased_reads(values_.size(), 0);
+    for (const Step& step : steps_) {
+        for (size_t i = 0; i < step.inputs.size(); ++i) {
+            const int id = step.inputs[i];
+            if (id < 0 || values_[id].constant == nullptr) continue;
+            if (std::find(step.released_inputs.begin(), step.released_inputs.end(), i) == step.released_inputs.end())
+                ++unreleased_reads[id];
+        }
+    }
+    for (int id : output_ids_) ++unreleased_reads[id];
+    for (size_t id = 0; id < values_.size(); ++id) {
+        ValueInfo& info = values_[id];
+        if (info.constant == nullptr || unreleased_reads[id] > 0) continue;
+        bool read = false;
+        for (const Step& step : steps_)
+            for (size_t i = 0; i < step.inputs.size(); ++i) read = read || step.inputs[i] == static_cast<int>(id);
+        if (read) info.constant = nullptr;
+    }
+}
+
+void CompiledGraph::run(const std::vector<Binding>& inputs, OutputSink& outputs, ThreadPool& pool,
+                        TessComputeContext* profile) const {
     if (inputs.size() != input_count_ + outer_names_.size())
         throw KernelError("graph run with " + std::to_string(inputs.size()) + " inputs, expected " +
                           std::to_string(input_count_ + outer_names_.size()));
@@ -464,7 +496,8 @@ void CompiledGraph::run(const std::vector<Binding>& inputs, OutputSink& outputs,
         const Step& step = steps_[s];
         StepContext ctx(*this, step, static_cast<int>(s), *ws, outputs, pool, plan.get());
         try {
-            step.kernel->compute(ctx);
+            if (profile == nullptr) step.kernel->compute(ctx);
+            else compute_profiled(step, ctx, *ws, profile);
         } catch (const KernelError& e) {
             throw KernelError(step.label + ": " + e.what());
         }
@@ -494,6 +527,78 @@ void CompiledGraph::run(const std::vector<Binding>& inputs, OutputSink& outputs,
         std::lock_guard lock(mutex_);
         plans_.emplace(ws->key, std::move(recorded));
     }
+}
+
+// ---- Profiling ----------------------------------------------------------------------------------------------------
+
+namespace {
+
+int64_t monotonic_ns() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+void append_shape(std::string& out, const int64_t* dims, size_t rank) {
+    out += '[';
+    for (size_t d = 0; d < rank; ++d) {
+        if (d > 0) out += ',';
+        out += std::to_string(dims[d]);
+    }
+    out += ']';
+}
+
+}  // namespace
+
+void CompiledGraph::remember_constant_shapes(const TessGraphView& view) {
+    std::unordered_map<std::string, int> ids;
+    for (size_t id = 0; id < values_.size(); ++id) {
+        const ValueInfo& info = values_[id];
+        if (info.constant == nullptr && info.producer < 0 && info.input < 0)
+            ids.emplace(info.name, static_cast<int>(id));
+    }
+    if (ids.empty()) return;
+    for (size_t n = 0; n < view.node_count; ++n) {
+        const TessNodeView& node = *view.nodes[n];
+        for (size_t i = 0; i < node.input_count; ++i) {
+            const TessValueView* v = node.inputs[i];
+            if (v == nullptr || v->constant == nullptr || host().value_kind(v->constant) != TESS_VALUE_TENSOR) continue;
+            auto it = ids.find(v->name);
+            if (it == ids.end()) continue;
+            if (constant_shapes_.size() < values_.size()) constant_shapes_.resize(values_.size());
+            std::string& shape = constant_shapes_[static_cast<size_t>(it->second)];
+            if (shape.empty()) append_shape(shape, host().tensor_dims(v->constant), host().tensor_rank(v->constant));
+        }
+    }
+}
+
+void CompiledGraph::compute_profiled(const Step& step, KernelContext& ctx, const Workspace& ws,
+                                     TessComputeContext* profile) const {
+    // "[1,3,224,224] [64,3,7,7]": "-" for an omitted input, the kind for a sequence or an optional.
+    std::string shapes;
+    for (int id : step.inputs) {
+        if (!shapes.empty()) shapes += ' ';
+        if (id >= 0 && ws.present[id]) {
+            const TessValue* value = ws.values[id];
+            const int32_t kind = value != nullptr ? host().value_kind(value) : TESS_VALUE_TENSOR;
+            const Shape& shape = ws.tensors[id].shape;
+            if (kind == TESS_VALUE_TENSOR) append_shape(shapes, shape.data(), shape.size());
+            else shapes += kind == TESS_VALUE_SEQUENCE ? "sequence" : kind == TESS_VALUE_OPTIONAL ? "optional" : "?";
+        } else if (id >= 0 && static_cast<size_t>(id) < constant_shapes_.size() && !constant_shapes_[id].empty()) {
+            shapes += constant_shapes_[id];
+        } else {
+            shapes += '-';
+        }
+    }
+    // The label is the op type, then " 'name'" for a named node (see the constructor).
+    const size_t quote = step.label.find(" '");
+    const std::string op_type = step.label.substr(0, quote);
+    const std::string name =
+        quote == std::string::npos ? "" : step.label.substr(quote + 2, step.label.size() - quote - 3);
+    const int64_t start = monotonic_ns();
+    step.kernel->compute(ctx);
+    const int64_t end = monotonic_ns();
+    host().compute_profile_node(profile, name.c_str(), op_type.c_str(), shapes.c_str(), start, end);
 }
 
 namespace {

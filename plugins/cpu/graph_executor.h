@@ -63,8 +63,13 @@ public:
     CompiledGraph(const TessGraphView& view, const KernelSource& source);
     ~CompiledGraph();
 
-    // Inputs: the view's inputs in order, then the values named by outer_names().
-    void run(const std::vector<Binding>& inputs, OutputSink& outputs, ThreadPool& pool) const;
+    // Inputs: the view's inputs in order, then the values named by outer_names().  `profile`: the compute context of
+    // a profiled run (TessHostApi::compute_profiling), to which each step is reported; NULL when not profiled.
+    void run(const std::vector<Binding>& inputs, OutputSink& outputs, ThreadPool& pool,
+             TessComputeContext* profile = nullptr) const;
+    // Profiling: keeps the shapes of the constants the kernels copied and no longer read (they are reported as node
+    // input shapes).  Call right after construction, while the view's constants are valid.
+    void remember_constant_shapes(const TessGraphView& view);
 
     size_t input_count() const { return input_count_; }
     size_t output_count() const { return output_ids_.size(); }
@@ -88,9 +93,14 @@ private:
         std::vector<int> inputs;   // value ids; -1 for omitted; implicit inputs follow the node's inputs
         std::vector<int> outputs;  // value ids
         std::string label;
+        std::vector<size_t> released_inputs;  // constant inputs the kernel copied (NodeInfo::release_constant)
     };
 
+    // Profiling: runs one step timed and reports it to the core.
+    void compute_profiled(const Step& step, KernelContext& ctx, const Workspace& ws, TessComputeContext* profile) const;
+
     std::unique_ptr<Workspace> acquire() const;
+    void drop_released_constants();
     void release(std::unique_ptr<Workspace> ws) const;
     // The plan key of a run: element type and shape of every input (-1 marks an absent or non-tensor input).
     static void signature(const std::vector<Binding>& inputs, std::vector<int64_t>& key);
@@ -100,6 +110,8 @@ private:
     std::vector<int> output_ids_;
     size_t input_count_ = 0;
     std::vector<std::string> outer_names_;
+
+    std::vector<std::string> constant_shapes_;  // profiling: by value id, "[d,d]" for a constant no longer bound
 
     mutable std::mutex mutex_;
     mutable std::vector<std::unique_ptr<Workspace>> free_workspaces_;

@@ -52,7 +52,15 @@ struct KernelSource;
 // Static facts about one node, available when the kernel is created.
 class NodeInfo {
 public:
-    explicit NodeInfo(const TessNodeView& node, const KernelSource* source = nullptr) : node_(node), source_(source) {}
+    explicit NodeInfo(const TessNodeView& node, const KernelSource* source = nullptr,
+                      std::vector<size_t>* released = nullptr)
+        : node_(node), source_(source), released_(released) {}
+
+    // The kernel keeps its own copy (a prepacked form) of constant input i and will never read the input again:
+    // the compiled graph stops binding it, and the core frees the constant once no one else reads it.
+    void release_constant(size_t i) const {
+        if (released_ != nullptr && input_constant(i) != nullptr) released_->push_back(i);
+    }
 
     // Where this node's kernel came from; control-flow kernels compile their bodies with it.
     const KernelSource* source() const { return source_; }
@@ -90,6 +98,7 @@ public:
 private:
     const TessNodeView& node_;
     const KernelSource* source_;
+    std::vector<size_t>* released_;  // where release_constant records (NULL: releasing is not offered)
 };
 
 // What a kernel sees while it runs.  Implemented by the executor.

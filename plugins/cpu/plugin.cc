@@ -78,6 +78,14 @@ private:
     TessComputeContext* context_;
 };
 
+// Whether the run this compute call belongs to is profiled (the profiling host functions were appended to
+// TessHostApi: older cores lack them).
+bool profiled(const TessComputeContext* context) {
+    const TessHostApi& h = host();
+    return TESS_HAS_FIELD(&h, TessHostApi, compute_profile_node) && h.compute_profiling != nullptr &&
+           h.compute_profile_node != nullptr && h.compute_profiling(context) != 0;
+}
+
 }  // namespace
 
 namespace {
@@ -111,6 +119,7 @@ TessStatus* compile(TessProviderInstance* instance, const TessGraphView* graph, 
     return guarded([&] {
         auto compiled = std::make_unique<TessCompiled>();
         compiled->graph = std::make_unique<CompiledGraph>(*graph, instance->kernels);
+        compiled->graph->remember_constant_shapes(*graph);
         compiled->pool = instance->pool.get();
         *out = compiled.release();
     });
@@ -123,7 +132,7 @@ TessStatus* compute(TessCompiled* compiled, TessComputeContext* context) {
         std::vector<Binding> inputs(host().compute_input_count(context));
         for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = bind_value(host().compute_input(context, i));
         CoreOutputs outputs(context);
-        compiled->graph->run(inputs, outputs, *compiled->pool);
+        compiled->graph->run(inputs, outputs, *compiled->pool, profiled(context) ? context : nullptr);
     });
 }
 

@@ -85,6 +85,30 @@ want_status=2 bad "bench with an unknown option exits 2" bench --bogus
 want_status=2 bad "bench with --runs and --time exits 2" bench --runs 3 --time 1
 want_status=1 bad "bench of a missing model exits 1" bench "$work/absent.onnx"
 
+# --profile: a Chrome trace that parses as JSON, and the time by operator type after the results.
+"$tessera" run "$default_model" --profile "$work/run_profile.json" > "$work/run_profile.txt" 2>&1; status=$?
+check "run --profile writes a JSON trace of every phase" python3 -c "
+import json, sys
+events = json.load(open('$work/run_profile.json'))['traceEvents']
+cats = {e['cat'] for e in events}
+runs = [e for e in events if e['cat'] == 'run']
+sys.exit(0 if $status == 0 and {'session', 'run', 'partition', 'node'} <= cats and len(runs) == 1 else 1)"
+check "run --profile prints the summary after the results" \
+  sh -c "grep -A100 '^outputs:' '$work/run_profile.txt' | grep -q '^  op type ' &&
+         grep -q '^profile written to $work/run_profile.json' '$work/run_profile.txt'"
+"$tessera" bench "$default_model" --runs 3 --warmup 0 --profile "$work/bench_profile.json" > "$work/bench_profile.txt" 2>&1
+status=$?
+check "bench --profile records every run" python3 -c "
+import json, sys
+events = json.load(open('$work/bench_profile.json'))['traceEvents']
+sys.exit(0 if $status == 0 and sum(e['cat'] == 'run' for e in events) == 3 else 1)"
+check "bench --profile prints the summary" grep -q '^profile: 3 runs' "$work/bench_profile.txt"
+"$tessera" bench --runs 2 --json --profile "$work/bench_json_profile.json" > "$work/bench_profile.json.out" 2> /dev/null
+check "bench --json --profile keeps stdout one JSON object" python3 -c "
+import json
+json.load(open('$work/bench_profile.json.out')); json.load(open('$work/bench_json_profile.json'))"
+want_status=2 bad "inspect --profile exits 2" inspect "$default_model" --profile "$work/inspect_profile.json"
+
 # inspect: the partition plan of a real model split between the sample provider and cpu.
 resnet="$data/light/light_resnet50.onnx"
 if [ -f "$resnet" ]; then

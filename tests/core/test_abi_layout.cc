@@ -72,7 +72,10 @@ static_assert(offsetof(TessHostApi, capability_claim) == 200);
 static_assert(offsetof(TessHostApi, compute_set_output) == 248);
 static_assert(offsetof(TessHostApi, value_create_tensor_view) == 256);
 static_assert(offsetof(TessHostApi, shape_set_output) == 264);
-static_assert(sizeof(TessHostApi) == 272);
+static_assert(offsetof(TessHostApi, compile_release_constant) == 272);
+static_assert(offsetof(TessHostApi, compute_profiling) == 280);
+static_assert(offsetof(TessHostApi, compute_profile_node) == 288);
+static_assert(sizeof(TessHostApi) == 296);
 
 static_assert(offsetof(TessProviderOptions, intra_op_threads) == 8);
 static_assert(offsetof(TessProviderOptions, custom_ops) == 48);

@@ -6,6 +6,7 @@ import ctypes
 import enum
 import os
 import threading
+import time
 import weakref
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -194,13 +195,19 @@ class InferenceSession:
         optimization_level: 0 disables the graph optimizer, 1 basic rewrites, 2 adds fusions, 3 (or 99) everything.
         plugin_path: extra plugin directories; the session gets its own :class:`Environment` searching them.
         environment: the environment to use (default: :func:`get_default_environment`).
+        enable_profiling: record session creation, every run and every node into a Chrome trace file (Perfetto
+            opens it), written by :meth:`end_profiling` or when the session is released; as onnxruntime's
+            ``SessionOptions.enable_profiling``.  The file is ``profile_file``, or
+            ``tessera_profile_<date>_<time>.json`` in the current directory.
+        profile_file: the trace file's path; giving it turns profiling on.
 
     ``run`` may be called from several threads at once; the GIL is released while Tessera computes.
     """
 
     def __init__(self, path_or_bytes: str | os.PathLike | bytes | Any, providers: Sequence[Any] | None = None,
                  strict: bool = False, intra_op_threads: int = 0, optimization_level: int = 3,
-                 plugin_path: str | Sequence[str] | None = None, environment: Environment | None = None) -> None:
+                 plugin_path: str | Sequence[str] | None = None, environment: Environment | None = None,
+                 enable_profiling: bool = False, profile_file: str | os.PathLike | None = None) -> None:
         if environment is None:
             environment = Environment(plugin_path=plugin_path) if plugin_path else get_default_environment()
         elif plugin_path:
@@ -218,6 +225,10 @@ class InferenceSession:
             check(lib.tess_session_options_set_strict(options, 1 if strict else 0))
             check(lib.tess_session_options_set_intra_op_threads(options, int(intra_op_threads)))
             check(lib.tess_session_options_set_optimization_level(options, int(optimization_level)))
+            if enable_profiling or profile_file:
+                if not profile_file:
+                    profile_file = time.strftime("tessera_profile_%Y-%m-%d_%H-%M-%S.json")
+                check(lib.tess_session_options_set_profiling(options, os.fspath(profile_file).encode("utf-8")))
             if hasattr(path_or_bytes, "SerializeToString"):  # onnx.ModelProto
                 path_or_bytes = path_or_bytes.SerializeToString()
             if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
@@ -324,6 +335,19 @@ class InferenceSession:
                 lib.tess_value_release(handle)
             raise
         return results
+
+    def end_profiling(self) -> str:
+        """Ends profiling and writes the trace file; returns its path ('' when the session is not profiled), as
+        onnxruntime's ``InferenceSession.end_profiling``.  Later calls return the same path without writing."""
+        path = ctypes.c_char_p()
+        check(lib.tess_session_end_profiling(self._handle, ctypes.byref(path)))
+        return decode(path.value)
+
+    def get_profiling_summary(self, max_rows: int = 15) -> str:
+        """Node time by operator type so far, as text (at most ``max_rows`` op types); '' when not profiled."""
+        text = ctypes.c_char_p()
+        check(lib.tess_session_profiling_summary(self._handle, int(max_rows), ctypes.byref(text)))
+        return decode(text.value)
 
     def __repr__(self) -> str:
         return f"InferenceSession(inputs={self._inputs!r}, outputs={self._outputs!r})"

@@ -939,3 +939,41 @@ def test_fused_conv_under_other_instruction_sets(isa):
     report = json.loads(result.stdout.strip().splitlines()[-1])
     problems = {name: r for name, r in report.items() if r["ops"] != r["expected"] or r["excess"] > 0}
     assert not problems, problems
+
+
+# ---- Prepacked weights are held once ------------------------------------------------------------------------------
+
+
+def prepacked_model():
+    """A Conv whose weights are also read by a second Conv (shared), a MatMul with constant B, and a Conv whose
+    weights are a graph output: only the constants every reader copied may be freed."""
+    b = Builder(77)
+    x = b.input("x", [1, 4, 6, 6])
+    w = b.const("shared_w", (b.rng.standard_normal((4, 4, 3, 3)) / 6).astype(np.float32))
+    h = b.node("Conv", [x, w], pads=[1, 1, 1, 1])
+    h = b.node("Conv", [h, w], pads=[1, 1, 1, 1])
+    m = b.const("matmul_b", b.rng.standard_normal((6, 5)).astype(np.float32))
+    b.output(b.node("MatMul", [h, m]))
+    b.outputs.append(helper.make_tensor_value_info(w, TensorProto.FLOAT, [4, 4, 3, 3]))
+    return b, w
+
+
+def test_prepacked_constants_are_freed_and_results_stay_right(tmp_path):
+    b, shared = prepacked_model()
+    model = b.model()
+    path = tmp_path / "prepacked.onnx"
+    onnx.save(model, str(path))
+    reference = onnxruntime_outputs(model, b.feeds)
+    session = tessera.InferenceSession(str(path), intra_op_threads=2)
+    for _ in range(3):  # later runs must not read freed memory
+        outputs = session.run(None, b.feeds)
+        if reference is not None:
+            assert_same(outputs, reference, "prepacked model against onnxruntime")
+        np.testing.assert_array_equal(outputs[1], numpy_helper.to_array(
+            next(i for i in model.graph.initializer if i.name == shared)))
+    if not os.path.exists(CLI):
+        pytest.skip(f"no CLI at {CLI}")
+    log = subprocess.run([CLI, "run", str(path), "--log-level", "debug"], capture_output=True, text=True)
+    assert log.returncode == 0, log.stderr
+    # matmul_b (6 x 5 floats) is freed; shared_w, a graph output, stays.
+    assert "freed 120 bytes of constants the providers prepacked" in log.stderr

@@ -196,6 +196,22 @@ typedef struct TessHostApi {
      * dims entries -1: unknown). */
     void (*shape_set_output)(TessShapeContext* context, size_t index, int32_t element_type, const int64_t* dims,
                              int64_t rank);
+
+    /* ---- Appended in ABI 1; a plugin checks TESS_HAS_FIELD(host, TessHostApi, field) before calling. ---- */
+
+    /* Compile: the compiled object being built made its own copy (a prepacked form) of the constant that node
+     * `node_index` of `graph` reads as input `input_index`, and will never read the view's constant again.  Once
+     * every reader of a constant has said so, the core frees it, so that a prepacked weight is held once.  Call it
+     * only from the compile call that received `graph`, on that thread; other calls are ignored. */
+    void (*compile_release_constant)(const TessGraphView* graph, size_t node_index, size_t input_index);
+
+    /* Profiling.  compute_profiling is nonzero when the run that `context` belongs to is being profiled; the
+     * provider then reports each node it ran with compute_profile_node: the node's name and op type (as in the
+     * view), its input shapes as text ("[1,3,224,224] [64,3,7,7]"; may be NULL), and when it started and ended in
+     * nanoseconds of CLOCK_MONOTONIC.  Strings are copied.  Thread-safe; only during compute. */
+    int32_t (*compute_profiling)(const TessComputeContext* context);
+    void (*compute_profile_node)(TessComputeContext* context, const char* node_name, const char* op_type,
+                                 const char* input_shapes, int64_t start_ns, int64_t end_ns);
 } TessHostApi;
 
 /* ---- What a provider implements ------------------------------------------------------------------------------ */

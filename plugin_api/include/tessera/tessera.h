@@ -118,6 +118,14 @@ enum {
     TESS_OPTIMIZATION_ALL = 3
 };
 TESS_EXPORT TessStatus* tess_session_options_set_optimization_level(TessSessionOptions* options, int32_t level);
+/* Profiling, as onnxruntime's enable_profiling: a session created with a file path records how long session
+ * creation took (phases "load", "providers", "optimize", "partition", "compile"), every run, every partition's
+ * compute call and every node its provider reports (name, op type, provider, input shapes), and writes them to
+ * `file_path` as a Chrome trace (JSON; ui.perfetto.dev or chrome://tracing open it) when profiling ends
+ * (tess_session_end_profiling) or, at the latest, when the session is released.  The file is written at exactly
+ * that path and replaced when it exists; a directory that does not exist fails session creation.  NULL or ""
+ * (the default) turns profiling off.  The path is copied.  Since API 0.1. */
+TESS_EXPORT TessStatus* tess_session_options_set_profiling(TessSessionOptions* options, const char* file_path);
 
 /* ---- Sessions ---------------------------------------------------------------------------------------------- */
 
@@ -178,6 +186,17 @@ TESS_EXPORT TessStatus* tess_session_run(TessSession* session, const char* const
                                          const TessValue* const* inputs, size_t input_count,
                                          const char* const* output_names, size_t output_count,
                                          TessValue** outputs);
+
+/* Ends profiling (tess_session_options_set_profiling): stops recording, writes the trace file and sets *path_out to
+ * its path, owned by the session and valid until it is released.  Later calls write nothing and return the same
+ * path; a session created without profiling gives "".  An error (the file cannot be written) still ends profiling.
+ * Thread-safe: runs in progress record nothing more.  Since API 0.1. */
+TESS_EXPORT TessStatus* tess_session_end_profiling(TessSession* session, const char** path_out);
+/* A text summary of the profile so far (before or after it ended): runs and their mean time, then node time by
+ * operator type, most first, with calls, total and mean milliseconds and share of all node time; at most `max_rows`
+ * op types (a last line adds up the rest).  *text_out is owned by the session and valid until it is released; ""
+ * when the session is not profiled.  Thread-safe.  Since API 0.1. */
+TESS_EXPORT TessStatus* tess_session_profiling_summary(TessSession* session, size_t max_rows, const char** text_out);
 
 /* ---- Values ------------------------------------------------------------------------------------------------ */
 

@@ -439,6 +439,12 @@ public:
         check(tess_session_options_set_optimization_level(options_, level));
         return *this;
     }
+    // Profiling into a Chrome trace file (Perfetto opens it), written by Session::end_profiling or when the session
+    // is released; empty: off.
+    SessionOptions& profiling(const std::string& file_path) {
+        check(tess_session_options_set_profiling(options_, file_path.c_str()));
+        return *this;
+    }
 
 private:
     TessSessionOptions* options_ = nullptr;
@@ -552,6 +558,20 @@ public:
             handles.push_back(value.get());
         }
         return run_handles(names, handles, output_names);
+    }
+
+    // Ends profiling and writes the trace; returns its path ("" when the session is not profiled).  Later calls
+    // return the same path.
+    std::string end_profiling() {
+        const char* path = nullptr;
+        check(tess_session_end_profiling(session_, &path));
+        return path != nullptr ? path : "";
+    }
+    // Node time by operator type so far (at most `max_rows` op types); "" when the session is not profiled.
+    std::string profiling_summary(size_t max_rows = 15) const {
+        const char* text = nullptr;
+        check(tess_session_profiling_summary(session_, max_rows, &text));
+        return text != nullptr ? text : "";
     }
 
 private:

@@ -65,6 +65,9 @@ protected:
           weights_(computable_constant(info, 1)),
           bias_(computable_constant(info, 2)) {
         if (group_ < 1) throw KernelError(op_ + ": group must be positive, got " + std::to_string(group_));
+        // The kernel holds its own copies (packed, for float filters): the core may free the model's.
+        if (weights_) info.release_constant(1);
+        if (bias_) info.release_constant(2);
     }
 
     const Tensor& weights(const KernelContext& ctx) const { return weights_ ? weights_->tensor() : ctx.input(1); }

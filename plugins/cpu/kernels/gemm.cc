@@ -60,13 +60,24 @@ public:
           beta_(info.attr_float("beta", 1.0f)),
           broadcast_c_(info.opset() >= 7 || info.attr_int("broadcast", 0) != 0),
           b_(info, 1),
-          c_(info, 2) {}
+          c_(info, 2) {
+        // A constant float B is packed once (as op(B)) and the original given back to the core.
+        const std::optional<Tensor> B = info.constant_tensor(1);
+        if (B && B->type == TESS_ELEMENT_FLOAT32 && B->rank() == 2 && packed_gemm_supported()) {
+            const int64_t K = trans_b_ ? B->shape[1] : B->shape[0], N = trans_b_ ? B->shape[0] : B->shape[1];
+            packed_b_ = PackedColumns(B->ptr<float>(), trans_b_, K, N, B->shape[1]);
+            packed_shape_ = B->shape;
+            info.release_constant(1);
+        }
+    }
 
     void compute(KernelContext& ctx) const override {
         const Tensor& A = ctx.input(0);
-        const Tensor& B = b_.tensor(ctx);
+        const Tensor packed_view{TESS_ELEMENT_FLOAT32, packed_shape_, nullptr, nullptr};
+        const bool packed = !packed_b_.empty();
+        const Tensor& B = packed ? packed_view : b_.tensor(ctx);
         const Tensor* C = c_.present(ctx) ? &c_.tensor(ctx) : nullptr;
-        check_same_type("Gemm", A.type, b_.model_type(ctx), "B");
+        check_same_type("Gemm", A.type, packed ? TESS_ELEMENT_FLOAT32 : b_.model_type(ctx), "B");
         if (C != nullptr) check_same_type("Gemm", A.type, c_.model_type(ctx), "C");
         if (A.rank() != 2 || B.rank() != 2) {
             throw KernelError("Gemm: A and B must be 2-D (A " + shape_string(A.shape) + ", B " + shape_string(B.shape) +
@@ -108,6 +119,14 @@ public:
                     }
                 };
             }
+            if constexpr (std::is_same_v<T, float>) {
+                if (packed) {
+                    gemm_prepacked(pool, trans_a_, M, K, alpha_, a.data(), A.shape[1], packed_b_, 0.0f, y, N);
+                    if (add_c) add_c(0, M, 0, N);
+                    result.finish(pool);
+                    return;
+                }
+            }
             gemm<T>(pool, trans_a_, trans_b_, M, N, K, static_cast<T>(alpha_), a.data(), A.shape[1], b.data(),
                     B.shape[1], T(0), y, N, add_c);
             result.finish(pool);
@@ -140,13 +159,28 @@ private:
     bool broadcast_c_;
     InputWithWidenedConstant b_;
     InputWithWidenedConstant c_;
+    PackedColumns packed_b_;  // op(B) packed, when B is a constant float matrix
+    Shape packed_shape_;      // B's shape then
 };
 
 class MatMulKernel final : public Kernel {
 public:
-    explicit MatMulKernel(const NodeInfo& info) : b_(info, 1) {}
+    explicit MatMulKernel(const NodeInfo& info) : b_(info, 1) {
+        // A constant float matrix B (the weights of a linear layer) is packed once for the micro-kernels, and the
+        // original is given back to the core.
+        const std::optional<Tensor> B = info.constant_tensor(1);
+        if (B && B->type == TESS_ELEMENT_FLOAT32 && B->rank() == 2 && packed_gemm_supported()) {
+            packed_b_ = PackedColumns(B->ptr<float>(), false, B->shape[0], B->shape[1], B->shape[1]);
+            packed_shape_ = B->shape;
+            info.release_constant(1);
+        }
+    }
 
     void compute(KernelContext& ctx) const override {
+        if (!packed_b_.empty()) {
+            compute_prepacked(ctx);
+            return;
+        }
         const Tensor& A = ctx.input(0);
         const Tensor& B = b_.tensor(ctx);
         check_same_type("MatMul", A.type, b_.model_type(ctx), "B");
@@ -162,7 +196,25 @@ public:
     }
 
 private:
+    void compute_prepacked(KernelContext& ctx) const {
+        const Tensor& A = ctx.input(0);
+        check_same_type("MatMul", A.type, TESS_ELEMENT_FLOAT32, "B");
+        const MatMulPlan plan = plan_matmul(A.shape, packed_shape_, "MatMul");
+        Tensor& Y = ctx.output(0, A.type, plan.output_shape);
+        if (Y.size() == 0) return;
+        // B is one matrix, so A's rows over every batch form one product.
+        const int64_t K = packed_shape_[0], rows = static_cast<int64_t>(A.size()) / std::max<int64_t>(K, 1);
+        if (K == 0) {
+            std::fill(Y.ptr<float>(), Y.ptr<float>() + Y.size(), 0.0f);
+            return;
+        }
+        gemm_prepacked(ctx.pool(), false, rows, K, 1.0f, A.ptr<float>(), K, packed_b_, 0.0f, Y.ptr<float>(),
+                       packed_shape_[1]);
+    }
+
     InputWithWidenedConstant b_;
+    PackedColumns packed_b_;  // B packed, when it is a constant float matrix
+    Shape packed_shape_;
 };
 
 }  // namespace

@@ -521,6 +521,49 @@ void gemv_axpys(int64_t depth, int64_t cols, const float* mat, int64_t ld, const
     }
 }
 
+// The loops of a float GEMM on the micro-kernel: column chunks, depth blocks, then every (row panel, column
+// panel) tile.  op(A)'s rows are packed here, per depth block; prepare_b(n0, nc, k0, kc) readies the column panels of
+// chunk [n0, n0 + nc) for depth block k0 and b_panel(j, k0, kc) gives column panel j (counted from column 0; rows
+// `width` apart).
+template <typename PrepareB, typename BPanel>
+void sgemm_blocked(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, float beta,
+                   float* C, int64_t ldc, PrepareB&& prepare_b, BPanel&& b_panel) {
+    const TileKernel& kernel = tile_kernel();
+    const int64_t width = kernel.cols, panel_rows = kernel.rows;
+    if (beta != 0.0f && beta != 1.0f) {
+        fill_scaled(C, ldc, M, N, beta);
+        beta = 1.0f;
+    }
+    thread_local std::vector<float> a_scratch;
+    const int64_t row_panels = (M + panel_rows - 1) / panel_rows;
+    const int64_t depth = std::min(kSgemmDepth, K);
+    if (a_scratch.size() < static_cast<size_t>(row_panels * panel_rows * depth))
+        a_scratch.resize(static_cast<size_t>(row_panels * panel_rows * depth));
+    float* packed_a = a_scratch.data();
+    for (int64_t n0 = 0; n0 < N; n0 += kSgemmChunk) {
+        const int64_t nc = std::min(kSgemmChunk, N - n0);
+        const int64_t col_panels = (nc + width - 1) / width;
+        for (int64_t k0 = 0; k0 < K; k0 += kSgemmDepth) {
+            const int64_t kc = std::min(kSgemmDepth, K - k0);
+            prepare_b(n0, nc, k0, kc);
+            for (int64_t p = 0; p < row_panels; ++p) {
+                pack_a_panel(trans_a, A, lda, alpha, k0, kc, p * panel_rows, std::min(panel_rows, M - p * panel_rows),
+                             panel_rows, packed_a + p * kc * panel_rows);
+            }
+            const bool first_pass = k0 == 0 && beta == 0.0f;
+            for (int64_t j = 0; j < col_panels; ++j) {
+                const int64_t col = n0 + j * width, cols = std::min(width, N - col);
+                const float* b = b_panel(n0 / width + j, k0, kc);
+                for (int64_t p = 0; p < row_panels; ++p) {
+                    const int64_t row = p * panel_rows;
+                    kernel.strided(kc, packed_a + p * kc * panel_rows, b, width, nullptr, C + row * ldc + col, ldc,
+                                   std::min(panel_rows, M - row), cols, nullptr, first_pass);
+                }
+            }
+        }
+    }
+}
+
 }  // namespace
 
 void packed_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -543,46 +586,65 @@ void packed_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
         }
         return;
     }
-    const TileKernel& kernel = tile_kernel();
-    const int64_t width = kernel.cols, panel_rows = kernel.rows;
-    if (beta != 0.0f && beta != 1.0f) {
-        fill_scaled(C, ldc, M, N, beta);
-        beta = 1.0f;
-    }
-    thread_local std::vector<float> b_scratch, a_scratch;
-    const int64_t chunk_cols = std::min(kSgemmChunk, (N + width - 1) / width * width);
-    const int64_t depth = std::min(kSgemmDepth, K);
-    const int64_t row_panels = (M + panel_rows - 1) / panel_rows;
-    if (b_scratch.size() < static_cast<size_t>(chunk_cols * depth)) b_scratch.resize(static_cast<size_t>(chunk_cols * depth));
-    if (a_scratch.size() < static_cast<size_t>(row_panels * panel_rows * depth))
-        a_scratch.resize(static_cast<size_t>(row_panels * panel_rows * depth));
-    float* packed_b = b_scratch.data();
-    float* packed_a = a_scratch.data();
-    for (int64_t n0 = 0; n0 < N; n0 += kSgemmChunk) {
-        const int64_t nc = std::min(kSgemmChunk, N - n0);
-        const int64_t col_panels = (nc + width - 1) / width;
-        for (int64_t k0 = 0; k0 < K; k0 += kSgemmDepth) {
-            const int64_t kc = std::min(kSgemmDepth, K - k0);
-            for (int64_t j = 0; j < col_panels; ++j) {
+    thread_local std::vector<float> b_scratch;
+    const int64_t width = tile_kernel().cols;
+    float* packed_b = nullptr;
+    int64_t chunk_first_panel = 0;
+    sgemm_blocked(
+        trans_a, M, N, K, alpha, A, lda, beta, C, ldc,
+        [&](int64_t n0, int64_t nc, int64_t k0, int64_t kc) {
+            const int64_t panels = (nc + width - 1) / width;
+            chunk_first_panel = n0 / width;
+            if (b_scratch.size() < static_cast<size_t>(panels * kc * width))
+                b_scratch.resize(static_cast<size_t>(panels * kc * width));
+            packed_b = b_scratch.data();
+            for (int64_t j = 0; j < panels; ++j)
                 pack_b_panel(trans_b, B, ldb, k0, kc, n0 + j * width, std::min(width, nc - j * width), width,
                              packed_b + j * kc * width);
-            }
-            // A is packed once per (chunk, depth block); with one chunk that is once per depth block.
-            for (int64_t p = 0; p < row_panels; ++p) {
-                pack_a_panel(trans_a, A, lda, alpha, k0, kc, p * panel_rows,
-                             std::min(panel_rows, M - p * panel_rows), panel_rows, packed_a + p * kc * panel_rows);
-            }
-            const bool first_pass = k0 == 0 && beta == 0.0f;
-            for (int64_t j = 0; j < col_panels; ++j) {
-                const int64_t col = n0 + j * width, cols = std::min(width, N - col);
-                for (int64_t p = 0; p < row_panels; ++p) {
-                    const int64_t row = p * panel_rows;
-                    kernel.strided(kc, packed_a + p * kc * panel_rows, packed_b + j * kc * width, width, nullptr,
-                                   C + row * ldc + col, ldc, std::min(panel_rows, M - row), cols, nullptr, first_pass);
-                }
-            }
+        },
+        [&](int64_t j, int64_t, int64_t kc) -> const float* { return packed_b + (j - chunk_first_panel) * kc * width; });
+}
+
+PackedColumns::PackedColumns(const float* B, bool trans_b, int64_t K, int64_t N, int64_t ldb)
+    : K_(K), N_(N), width_(std::max<int64_t>(1, packed_gemm_panel_width())) {
+    const int64_t panels = (N + width_ - 1) / width_;
+    data_.assign(static_cast<size_t>(panels * K * width_), 0.0f);
+    for (int64_t j = 0; j < panels; ++j)
+        pack_b_panel(trans_b, B, ldb, 0, K, j * width_, std::min(width_, N - j * width_), width_,
+                     data_.data() + j * K * width_);
+}
+
+void packed_sgemm_prepacked(bool trans_a, int64_t M, int64_t K, float alpha, const float* A, int64_t lda,
+                            const PackedColumns& B, int64_t n_begin, int64_t n_end, float beta, float* C,
+                            int64_t ldc) {
+    const int64_t width = B.panel_width(), first_panel = n_begin / width;
+    // Columns [n_begin, n_end) of C: the blocked loops see them as a product of n_end - n_begin columns.
+    sgemm_blocked(
+        trans_a, M, n_end - n_begin, K, alpha, A, lda, beta, C + n_begin, ldc, [](int64_t, int64_t, int64_t, int64_t) {},
+        [&](int64_t j, int64_t k0, int64_t) -> const float* { return B.panel(first_panel + j) + k0 * width; });
+}
+
+void gemm_prepacked(ThreadPool& pool, bool trans_a, int64_t M, int64_t K, float alpha, const float* A, int64_t lda,
+                    const PackedColumns& B, float beta, float* C, int64_t ldc) {
+    const int64_t N = B.cols(), width = B.panel_width();
+    if (M <= 0 || N <= 0) return;
+    const int64_t panels = B.panels();
+    const int64_t work = M * N * std::max<int64_t>(K, 1);
+    const int64_t tasks = std::min<int64_t>(pool.size(), std::max<int64_t>(1, work / kWorkPerTask));
+    // Column panels split first (each task then packs all of A's rows, a small share of its work); rows split
+    // when there are fewer panels than tasks.
+    const int64_t col_tasks = std::min(tasks, panels), row_tasks = std::max<int64_t>(1, tasks / col_tasks);
+    const int64_t panels_per_task = ceil_div(panels, col_tasks), rows_per_task = ceil_div(M, row_tasks);
+    pool.parallel_for(col_tasks * row_tasks, 1, [&](int64_t first, int64_t last) {
+        for (int64_t t = first; t < last; ++t) {
+            const int64_t n0 = (t % col_tasks) * panels_per_task * width;
+            const int64_t n1 = std::min(N, n0 + panels_per_task * width);
+            const int64_t m0 = (t / col_tasks) * rows_per_task, m1 = std::min(M, m0 + rows_per_task);
+            if (n0 >= n1 || m0 >= m1) continue;
+            const float* a = trans_a ? A + m0 : A + m0 * lda;
+            packed_sgemm_prepacked(trans_a, m1 - m0, K, alpha, a, lda, B, n0, n1, beta, C + m0 * ldc, ldc);
         }
-    }
+    });
 }
 
 MatMulPlan plan_matmul(const Shape& a, const Shape& b, std::string_view op) {

@@ -117,6 +117,34 @@ void packed_gemm_rows(const PackedFilters& A, int64_t panel_begin, int64_t panel
 void packed_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// op(B) [K, N] packed once (weights): column panels of packed_gemm_panel_width() columns, each [K][width],
+// zero past column N.  The packed form serves every product with this B without packing it again.
+class PackedColumns {
+public:
+    PackedColumns() = default;
+    PackedColumns(const float* B, bool trans_b, int64_t K, int64_t N, int64_t ldb);
+
+    int64_t depth() const { return K_; }
+    int64_t cols() const { return N_; }
+    int64_t panel_width() const { return width_; }
+    int64_t panels() const { return (N_ + width_ - 1) / width_; }
+    const float* panel(int64_t j) const { return data_.data() + j * K_ * width_; }
+    bool empty() const { return data_.empty(); }
+
+private:
+    int64_t K_ = 0, N_ = 0, width_ = 1;
+    std::vector<float> data_;
+};
+
+// Columns [n_begin, n_end) of C[M, N] = alpha * op(A) * B + beta * C with B packed (n_begin a multiple of
+// B.panel_width()); on the calling thread.  Requires packed_gemm_supported(); never throws.
+void packed_sgemm_prepacked(bool trans_a, int64_t M, int64_t K, float alpha, const float* A, int64_t lda,
+                            const PackedColumns& B, int64_t n_begin, int64_t n_end, float beta, float* C, int64_t ldc);
+
+// The whole product split across the pool (call it outside any parallel region).
+void gemm_prepacked(ThreadPool& pool, bool trans_a, int64_t M, int64_t K, float alpha, const float* A, int64_t lda,
+                    const PackedColumns& B, float beta, float* C, int64_t ldc);
+
 // ONNX/numpy MatMul shapes: 1-D operands are promoted (A to [1,K], B to [K,1]) and the promoted dimension removed
 // from the result; batch dimensions broadcast.
 struct MatMulPlan {
