@@ -11,6 +11,7 @@ std::vector<std::unique_ptr<GraphPass>> default_passes() {
     passes.push_back(make_eliminate_identity_pass());
     passes.push_back(make_constant_folding_pass());
     passes.push_back(make_fuse_conv_batchnorm_pass());
+    passes.push_back(make_fold_channel_affine_pass());
     passes.push_back(make_fuse_conv_activation_pass());
     passes.push_back(make_dead_node_pass());
     return passes;

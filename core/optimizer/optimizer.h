@@ -60,6 +60,7 @@ std::unique_ptr<GraphPass> make_eliminate_identity_pass();
 std::unique_ptr<GraphPass> make_constant_folding_pass();
 std::unique_ptr<GraphPass> make_dead_node_pass();
 std::unique_ptr<GraphPass> make_fuse_conv_batchnorm_pass();
+std::unique_ptr<GraphPass> make_fold_channel_affine_pass();
 std::unique_ptr<GraphPass> make_fuse_conv_activation_pass();
 
 // Replaces every read of `from` by `to` (node inputs only).

@@ -639,8 +639,11 @@ NEGATIVE: dict[str, Case] = {
     "conv_output_read_by_two_nodes": Case(_conv_read_twice, ops("Conv", "Relu", "Sigmoid"),
                                           ops("Conv", "Relu", "Sigmoid")),
     "conv_output_is_graph_output": Case(_conv_is_graph_output, ops("Conv", "Relu"), ops("Conv", "Relu")),
-    "add_broadcasts_channel_constant": Case(_add_broadcasts([1, 4, 1, 1], False), ops("Conv", "Add", "Relu"),
-                                            ops("Conv", "Add", "Relu")),
+    # A per-channel constant is no FusedConv sum (Z would broadcast), but it folds into the Conv's bias (level 1),
+    # after which the Relu fuses.
+    "add_broadcasts_channel_constant": Case(_add_broadcasts([1, 4, 1, 1], False), ops("Conv", "Relu"), [FUSED]),
+    "add_broadcasts_channel_input": Case(_add_broadcasts([1, 4, 1, 1], True), ops("Conv", "Add", "Relu"),
+                                         ops("Conv", "Add", "Relu")),
     "add_broadcasts_row_input": Case(_add_broadcasts([8], True), ops("Conv", "Add", "Relu"),
                                      ops("Conv", "Add", "Relu")),
     "add_broadcasts_to_a_bigger_shape": Case(_add_grows_the_shape, ops("Conv", "Add", "Relu"),
@@ -977,3 +980,46 @@ def test_prepacked_constants_are_freed_and_results_stay_right(tmp_path):
     assert log.returncode == 0, log.stderr
     # matmul_b (6 x 5 floats) is freed; shared_w, a graph output, stays.
     assert "freed 120 bytes of constants the providers prepacked" in log.stderr
+
+
+# ---- Per-channel Mul/Add folded into Conv and BatchNormalization ---------------------------------------------------
+
+
+def channel_affine_model(channel_shape):
+    """DenseNet's Caffe-converted shape: Conv -> BN -> Mul(c) -> Add(c) -> Relu, and BN -> Mul -> Add -> Relu."""
+    b = Builder(91)
+    x = b.input("x", [1, 6, 8, 8])
+    h = b.conv(x, 6, 6, pads=[1, 1, 1, 1])
+    scale = b.const("scale", b.rng.uniform(0.5, 1.5, channel_shape).astype(np.float32))
+    shift = b.const("shift", b.rng.standard_normal(channel_shape).astype(np.float32))
+    h = b.node("Relu", [b.node("Add", [shift, b.node("Mul", [h, scale])])])
+    h = b.bn(h, 6)
+    h = b.node("Add", [b.node("Mul", [scale, h]), shift])
+    b.output(b.node("Relu", [h]))
+    return b
+
+
+@pytest.mark.parametrize("channel_shape", [(6, 1, 1), (1, 6, 1, 1), (1,)])
+def test_channel_affine_folds_into_conv_and_batchnorm(channel_shape):
+    b = channel_affine_model(channel_shape)
+    model = b.model()
+    reference, _ = run_at(model, b.feeds, 0)
+    outputs, basic = run_at(model, b.feeds, 1)
+    assert basic == sorted(["Conv", "Relu", "BatchNormalization", "Relu"]), basic
+    assert_same(outputs, reference, "level 1 against level 0")
+    outputs, extended = run_at(model, b.feeds, 3)
+    assert extended == sorted([FUSED, "BatchNormalization", "Relu"]), extended
+    assert_same(outputs, reference, "level 3 against level 0")
+
+
+def test_broadcasting_mul_is_not_folded():
+    b = Builder(92)
+    x = b.input("x", [1, 6, 4, 4])
+    h = b.conv(x, 6, 6, kernel=(1, 1))
+    # [6, 4, 1] varies along the height too: not one value per channel.
+    b.output(b.node("Mul", [h, b.const("s", b.rng.standard_normal((6, 4, 1)).astype(np.float32))]))
+    model = b.model()
+    reference, _ = run_at(model, b.feeds, 0)
+    outputs, ops_1 = run_at(model, b.feeds, 1)
+    assert ops_1 == sorted(["Conv", "Mul"])
+    assert_same(outputs, reference, "level 1 against level 0")

@@ -28,9 +28,15 @@ namespace tessera::cpu {
 
 namespace {
 
-template <typename T>
-std::unique_ptr<T[]> uninitialized_buffer(int64_t count) {
-    return std::unique_ptr<T[]>(new T[static_cast<size_t>(std::max<int64_t>(count, 1))]);
+// A buffer of one convolution call (phase planes, cropped grid, column matrix), kept on the calling thread for the
+// next call: a new allocation of a few hundred kilobytes is a new mapping, whose page faults cost ~8% of a
+// ResNet's run.  Slots keep one call's buffers apart; the tasks' own scratch (thread_scratch) is separate.
+template <typename T, int kSlot>
+T* call_buffer(int64_t count) {
+    thread_local std::vector<T> buffer;
+    if (buffer.size() < static_cast<size_t>(std::max<int64_t>(count, 1)))
+        buffer.resize(static_cast<size_t>(std::max<int64_t>(count, 1)));
+    return buffer.data();
 }
 
 std::string dims_string(const std::vector<int64_t>& v) { return shape_string(v); }
@@ -268,7 +274,8 @@ public:
     void compute(KernelContext& ctx) const override {
         const Tensor& X = ctx.input(0);
         const Tensor packed_view{TESS_ELEMENT_FLOAT32, packed_shape_, nullptr, nullptr};
-        const Tensor& W = packed_filters_.empty() ? weights(ctx) : packed_view;
+        const bool packed = !packed_filters_.empty();
+        const Tensor& W = packed ? packed_view : weights(ctx);
         const Tensor* B = bias(ctx);
         const int64_t M = W.rank() > 0 ? W.shape[0] : 0;
         const Shape kernel = check_inputs(X, W, B, M);
@@ -359,9 +366,8 @@ private:
         const bool cropped = Wq != OW;
 
         const std::vector<int64_t> offsets = tap_offsets(plan, g, Cg, channel_stride);
-        std::unique_ptr<float[]> phase_buffer, grid_buffer;
-        if (!plan.in_place) phase_buffer = uninitialized_buffer<float>(Cg * channel_stride + plan.reach);
-        if (cropped) grid_buffer = uninitialized_buffer<float>(Mg * grid_size);
+        float* phase_buffer = plan.in_place ? nullptr : call_buffer<float, 0>(Cg * channel_stride + plan.reach);
+        float* grid_buffer = cropped ? call_buffer<float, 1>(Mg * grid_size) : nullptr;
 
         const int64_t width = packed_gemm_panel_width();
         const int64_t filter_panels = filters.empty() ? 0 : filters[0].panels();
@@ -372,7 +378,7 @@ private:
             for (int64_t grp = 0; grp < group_; ++grp) {
                 const float* image = x + (n * C + grp * Cg) * H * W;
                 if (!plan.in_place) {
-                    float* dst = phase_buffer.get();
+                    float* dst = phase_buffer;
                     pool.parallel_for(Cg, std::max<int64_t>(1, 16384 / channel_stride),
                                       [&](int64_t first, int64_t last) {
                                           for (int64_t c = first; c < last; ++c) {
@@ -384,7 +390,7 @@ private:
                 }
                 float* out = y + (n * M + grp * Mg) * OH * OW;
                 const float* sum = z != nullptr ? z + (n * M + grp * Mg) * OH * OW : nullptr;
-                float* target = cropped ? grid_buffer.get() : out;
+                float* target = cropped ? grid_buffer : out;
                 const float* group_bias = bias != nullptr ? bias + grp * Mg : nullptr;
                 const int64_t panel_rows = packed_gemm_panel_rows();
                 pool.parallel_for(grid.row_blocks * grid.col_blocks, 1, [&](int64_t first, int64_t last) {
@@ -404,7 +410,7 @@ private:
                     }
                 });
                 if (cropped) {
-                    const float* from = grid_buffer.get();
+                    const float* from = grid_buffer;
                     pool.parallel_for(Mg, std::max<int64_t>(1, 16384 / grid_size), [&](int64_t first, int64_t last) {
                         for (int64_t m = first; m < last; ++m) {
                             for (int64_t oh = 0; oh < OH; ++oh) {
@@ -459,13 +465,13 @@ private:
         // Small images with many filters: the whole column matrix once, then a grid of (filter panels x column
         // panels) blocks across the pool.
         const int64_t column_panels = (out_size + width - 1) / width;
-        auto col = uninitialized_buffer<float>(depth * column_panels * width);
+        float* col = call_buffer<float, 2>(depth * column_panels * width);
         const int64_t filter_panels = filters.empty() ? 0 : filters[0].panels();
         const Grid grid =
             split_grid(pool.size(), Mg * out_size * std::max<int64_t>(depth, 1), filter_panels, column_panels, width);
         for (int64_t n = 0; n < N; ++n) {
             for (int64_t grp = 0; grp < group_; ++grp) {
-                im2col_panels(pool, g, x + (n * C + grp * Cg) * in_size, Cg, col.get(), width);
+                im2col_panels(pool, g, x + (n * C + grp * Cg) * in_size, Cg, col, width);
                 float* out = y + (n * M + grp * Mg) * out_size;
                 const float* sum = z != nullptr ? z + (n * M + grp * Mg) * out_size : nullptr;
                 const float* group_bias = bias != nullptr ? bias + grp * Mg : nullptr;
@@ -476,7 +482,7 @@ private:
                         const int64_t j0 = (t % grid.col_blocks) * grid.column_panels_per_block;
                         const int64_t n0 = j0 * width;
                         const int64_t n1 = std::min(out_size, (j0 + grid.column_panels_per_block) * width);
-                        packed_gemm(filters[grp], p0, p0 + grid.panels_per_block, col.get() + j0 * depth * width,
+                        packed_gemm(filters[grp], p0, p0 + grid.panels_per_block, col + j0 * depth * width,
                                     n1 - n0, group_bias, out + n0, out_size);
                         if (epilogue_.active()) {
                             const int64_t m1 = std::min(Mg, (p0 + grid.panels_per_block) * panel_rows);
@@ -541,15 +547,14 @@ private:
         // Whole products split across the pool: 1x1 convolutions read the image directly; small images with many
         // filters build the whole column matrix and let gemm split the filters.
         const bool pointwise = g.is_pointwise();
-        std::unique_ptr<T[]> col;
-        if (!pointwise) col = uninitialized_buffer<T>(depth * out_size);
+        T* col = pointwise ? nullptr : call_buffer<T, 2>(depth * out_size);
         for (int64_t n = 0; n < N; ++n) {
             for (int64_t grp = 0; grp < group_; ++grp) {
                 const T* image = x + (n * C + grp * Cg) * in_size;
                 const T* columns = image;
                 if (!pointwise) {
-                    im2col(pool, g, image, Cg, col.get());
-                    columns = col.get();
+                    im2col(pool, g, image, Cg, col);
+                    columns = col;
                 }
                 T* out = y + (n * M + grp * Mg) * out_size;
                 GemmEpilogue epilogue;
@@ -707,7 +712,7 @@ private:
         const int64_t Cg = C / group_, Mg = M / group_;
         const int64_t in_size = g.output_size(), out_size = g.input_size();
         const int64_t rows = Mg * g.kernel_size();
-        auto col = uninitialized_buffer<T>(rows * in_size);
+        T* col = call_buffer<T, 3>(rows * in_size);
         const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, out_size * g.kernel_size()));
         for (int64_t n = 0; n < N; ++n) {
             for (int64_t grp = 0; grp < group_; ++grp) {
@@ -715,13 +720,13 @@ private:
                 T* out = y + (n * M + grp * Mg) * out_size;
                 // col[Mg * kernel, in_size] = W_g^T [Mg * kernel, Cg] x image [Cg, in_size]
                 gemm<T>(pool, true, false, rows, in_size, Cg, T(1), w + grp * Cg * rows, rows, image, in_size, T(0),
-                        col.get(), in_size);
+                        col, in_size);
                 pool.parallel_for(Mg, grain, [&](int64_t first, int64_t last) {
                     for (int64_t c = first; c < last; ++c) {
                         const T b = bias != nullptr ? bias[grp * Mg + c] : T(0);
                         std::fill(out + c * out_size, out + (c + 1) * out_size, b);
                     }
-                    col2im_channels(g, col.get(), first, last, out);
+                    col2im_channels(g, col, first, last, out);
                 });
             }
         }
