@@ -1216,6 +1216,28 @@ TEST(PoolOps, MaxPoolWithIndices) {
     }
 }
 
+// Without the Indices output, float 2-D MaxPool with column stride 1 or 2 runs on the direct AVX-512 kernel
+// (util/window2d.h); every case is checked against the plain reference, whichever path it takes.
+TEST(PoolOps, MaxPoolFloatWithoutIndices) {
+    uint32_t seed = 4500;
+    std::vector<PoolCase> cases = pool_cases();
+    cases.push_back({.x = {1, 3, 55, 55}, .kernel = {3, 3}, .strides = {2, 2}, .ceil_mode = true});
+    cases.push_back({.x = {2, 5, 40, 37}, .kernel = {3, 3}, .strides = {1, 1}, .pads = {1, 1, 1, 1}});
+    cases.push_back({.x = {1, 2, 33, 70}, .kernel = {2, 5}, .strides = {2, 2}, .pads = {0, 2, 1, 2}});
+    for (const auto& c : cases) {
+        SCOPED_TRACE("x " + shape_string(c.x) + " kernel " + shape_string(c.kernel));
+        const auto x = random_values<float>(shape_size(c.x), seed++);
+        NodeBuilder node("MaxPool", 12);
+        node.input(TESS_ELEMENT_FLOAT32).output();
+        add_pool_attributes(node, c);
+        const auto outputs = run_node(registry(), node, {tensor<float>(c.x, x)});
+        const PoolGeometry g = pool_geometry(c);
+        const auto expected = reference_pool(c, g, widen(x), RefPool::Max, 0, false).first;
+        EXPECT_EQ(dims_of(outputs[0]), concat({c.x[0], c.x[1]}, g.out));
+        expect_near_all(values_of<float>(*outputs[0]), expected, 0.0, "MaxPool");
+    }
+}
+
 TEST(PoolOps, MaxPoolUint8WithoutIndices) {
     const PoolCase c{.x = {1, 3, 9, 9}, .kernel = {5, 5}, .pads = {2, 2, 2, 2}};
     const auto x = random_values<uint8_t>(shape_size(c.x), 5, 0, 255);

@@ -18,7 +18,7 @@
 #include "kernels/all_kernels.h"
 #include "util/compute_cast.h"
 #include "util/conv_epilogue.h"
-#include "util/depthwise.h"
+#include "util/window2d.h"
 #include "util/float16_compute.h"
 #include "util/gemm.h"
 #include "util/im2col.h"

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/all_kernels.h"
+#include "util/window2d.h"
 #include "util/im2col.h"
 
 namespace tessera::cpu {
@@ -253,6 +254,11 @@ public:
         const PoolTables tables(geometry);
         const int64_t planes = X.shape[0] * X.shape[1];
         const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, geometry.out_plane * geometry.window));
+        if (options_.kind == PoolKind::Max && indices == nullptr && X.type == TESS_ELEMENT_FLOAT32 &&
+            max_pool2d_direct_supported(g) && !tables.any_empty) {
+            max_pool2d_direct(ctx.pool(), g, X.ptr<float>(), planes, Y.ptr<float>());
+            return;
+        }
         auto run = [&]<typename T>() {
             const T* x = X.ptr<T>();
             T* y = Y.ptr<T>();

@@ -1,9 +1,9 @@
-// Direct depthwise convolution: every output row is computed 16 columns at a time in registers, each tap one masked
-// load (two and a lane shuffle for stride 2) and one FMA, straight from the input plane.  Masked lanes read nothing
+// Direct 2-D window kernels.  Depthwise convolution: every output row is computed 16 columns at a time in registers,
+// each tap one masked load (two and a lane shuffle for stride 2) and one FMA, straight from the input plane.  Masked lanes read nothing
 // (AVX-512 masked loads do not fault), so the zero padding needs no padded copy of the plane, and the output is
 // written once, with the bias, the sum and the activation applied on the way out.  Depthwise layers are memory-bound;
 // this reads each input row KH times from L1 and writes each output element once.
-#include "util/depthwise.h"
+#include "util/window2d.h"
 
 #include <immintrin.h>
 
@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -123,7 +124,67 @@ __attribute__((target("avx512f"))) void plane(const WindowGeometry& g, const flo
     }
 }
 
+// One max-pool output plane, as plane<> above with max instead of multiply-add; lanes in padding load as the lowest
+// float so that they never win.
+template <int kStride>
+__attribute__((target("avx512f"))) void max_plane(const WindowGeometry& g, const float* x, float* y) {
+    const int64_t H = g.input[0], W = g.input[1], OH = g.output[0], OW = g.output[1];
+    const int64_t KH = g.kernel[0], KW = g.kernel[1], SH = g.strides[0], DH = g.dilations[0], DW = g.dilations[1];
+    const int64_t top = g.pads_begin[0], left = g.pads_begin[1];
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512 lowest = _mm512_set1_ps(std::numeric_limits<float>::lowest());
+    const int64_t reach = (KW - 1) * DW + 16 * kStride;
+    for (int64_t oh = 0; oh < OH; ++oh) {
+        const int64_t before = top - oh * SH, after = H - 1 + top - oh * SH;
+        const int64_t kh_first = before <= 0 ? 0 : (before + DH - 1) / DH;
+        const int64_t kh_last = after < 0 ? 0 : std::min<int64_t>(KH, after / DH + 1);
+        for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
+            const int64_t base = ow0 * kStride - left;
+            const bool interior = base >= 0 && base + reach <= W;
+            __m512 acc = lowest;
+            for (int64_t kh = kh_first; kh < kh_last; ++kh) {
+                const float* row = x + (oh * SH - top + kh * DH) * W;
+                for (int64_t kw = 0; kw < KW; ++kw) {
+                    const int64_t iw0 = base + kw * DW;
+                    __m512 v;
+                    if constexpr (kStride == 1) {
+                        v = interior ? _mm512_loadu_ps(row + iw0)
+                                     : _mm512_mask_loadu_ps(lowest, lanes_inside(iw0, 0, W), row + iw0);
+                    } else {
+                        __m512 lo, hi;
+                        if (interior) {
+                            lo = _mm512_loadu_ps(row + iw0);
+                            hi = _mm512_loadu_ps(row + iw0 + 16);
+                        } else {
+                            lo = _mm512_mask_loadu_ps(lowest, lanes_inside(iw0, 0, W), row + iw0);
+                            hi = _mm512_mask_loadu_ps(lowest, lanes_inside(iw0 + 16, 0, W), row + iw0 + 16);
+                        }
+                        v = _mm512_permutex2var_ps(lo, even, hi);
+                    }
+                    acc = _mm512_max_ps(acc, v);
+                }
+            }
+            _mm512_mask_storeu_ps(y + oh * OW + ow0, lanes_inside(ow0, 0, OW), acc);
+        }
+    }
+}
+
 }  // namespace
+
+bool max_pool2d_direct_supported(const WindowGeometry& g) {
+    return avx512_allowed() && g.rank() == 2 && (g.strides[1] == 1 || g.strides[1] == 2);
+}
+
+void max_pool2d_direct(ThreadPool& pool, const WindowGeometry& g, const float* x, int64_t planes, float* y) {
+    const int64_t in_plane = g.input[0] * g.input[1], out_plane = g.output[0] * g.output[1];
+    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, out_plane * g.kernel[0] * g.kernel[1]));
+    pool.parallel_for(planes, grain, [&](int64_t first, int64_t last) {
+        for (int64_t p = first; p < last; ++p) {
+            if (g.strides[1] == 1) max_plane<1>(g, x + p * in_plane, y + p * out_plane);
+            else max_plane<2>(g, x + p * in_plane, y + p * out_plane);
+        }
+    });
+}
 
 bool depthwise_direct_supported(const WindowGeometry& g) {
     return avx512_allowed() && g.rank() == 2 && (g.strides[1] == 1 || g.strides[1] == 2);

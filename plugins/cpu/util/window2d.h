@@ -1,4 +1,5 @@
-// CPU provider: direct 2-D depthwise convolution (one input channel per group) for float on AVX-512.
+// CPU provider: direct 2-D window kernels for float on AVX-512, computed 16 output columns at a time from the input
+// rows with masked loads (no padded copies): depthwise convolution (one input channel per group) and max pooling.
 #pragma once
 
 #include <cstdint>
@@ -19,5 +20,12 @@ bool depthwise_direct_supported(const WindowGeometry& g);
 void depthwise_conv2d_direct(ThreadPool& pool, const WindowGeometry& g, const float* x, const float* w,
                              const float* bias, int64_t batch, int64_t in_channels, int64_t out_channels, float* y,
                              const ConvEpilogue& epilogue, const float* z);
+
+// Whether max_pool2d_direct() runs this geometry: 2-D, column stride 1 or 2, AVX-512.
+bool max_pool2d_direct_supported(const WindowGeometry& g);
+
+// y[p] = max over the window of x[p] for each of `planes` [H, W] planes (padding never wins; a window entirely in
+// padding gives the lowest float, which MaxPool's windows never are).  Splits the planes across the pool.
+void max_pool2d_direct(ThreadPool& pool, const WindowGeometry& g, const float* x, int64_t planes, float* y);
 
 }  // namespace tessera::cpu
