@@ -80,13 +80,15 @@ struct EnvFlags {
     static const char* help();
 };
 
-// The options of the commands that create a session (--providers, --strict, --threads, --optimization, --profile).
+// The options of the commands that create a session (--providers, --strict, --threads, --optimization, --profile,
+// --optimized-model-out).
 struct SessionFlags {
     std::vector<std::string> providers;
     bool strict = false;
     int threads = -1;       // -1: the session's default
     int optimization = -1;  // -1: the session's default
     std::string profile;    // --profile FILE: the trace file; "" when not profiling
+    std::string optimized_model_out;  // --optimized-model-out FILE: where the optimized graph is saved; "" when not
 
     // Consumes one of the flags above when it is next.
     bool parse(Args& args);

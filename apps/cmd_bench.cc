@@ -43,6 +43,8 @@ constexpr const char* kBenchOptions =
     "  --strict            fail instead of falling back when a listed provider cannot take a node\n"
     "  --threads N         intra-op threads (default: one per core)\n"
     "  --optimization N    0 disables the graph optimizer, 1 (default) runs it\n"
+    "  --optimized-model-out FILE\n"
+    "                      save the graph the optimizer produced (before partitioning) to FILE as an ONNX model\n"
     "  --profile FILE      profile session creation and every run into FILE (a Chrome trace: ui.perfetto.dev\n"
     "                      opens it), then print the time by operator type (on stderr with --json)\n";
 

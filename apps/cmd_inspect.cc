@@ -38,6 +38,8 @@ constexpr const char* kInspectHelp =
     "  --providers A,B     provider priority list, most preferred first (default: every usable one, CPU last)\n"
     "  --strict            no fallback: an unclaimed node or an unusable listed provider is an error\n"
     "  --optimization N    graph optimization level: 0 disabled, 1 basic, 2 extended (fusions), 3 all (default)\n"
+    "  --optimized-model-out FILE\n"
+    "                      save the graph the optimizer produced (before partitioning) to FILE as an ONNX model\n"
     "  --threads N         intra-op threads of the session (default 1: inspect runs nothing)\n"
     "  --json              print the report as one JSON object\n"
     "  --dot FILE          write the plan as a Graphviz graph: partitions colored by provider, tensors between\n"

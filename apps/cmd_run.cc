@@ -31,6 +31,8 @@ constexpr const char* kRunHelp =
     "  --strict            fail instead of falling back when a listed provider cannot take a node\n"
     "  --threads N         intra-op threads (default: one per core)\n"
     "  --optimization N    graph optimization level: 0 disabled, 1 basic, 2 extended (fusions), 3 all (default)\n"
+    "  --optimized-model-out FILE\n"
+    "                      save the graph the optimizer produced (before partitioning) to FILE as an ONNX model\n"
     "  --values N          values shown per output (default 6)\n"
     "  --profile FILE      profile session creation and the run into FILE (a Chrome trace: ui.perfetto.dev opens\n"
     "                      it), then print the time by operator type\n";

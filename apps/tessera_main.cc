@@ -149,6 +149,11 @@ bool SessionFlags::parse(Args& args) {
         profile = value;
         return true;
     }
+    if (args.option("--optimized-model-out", value)) {
+        if (value.empty()) throw UsageError("option '--optimized-model-out' needs a file name");
+        optimized_model_out = value;
+        return true;
+    }
     return false;
 }
 
@@ -158,6 +163,7 @@ void SessionFlags::apply(SessionOptions& options) const {
     if (threads >= 0) options.intra_op_threads(threads);
     if (optimization >= 0) options.optimization_level(optimization);
     if (!profile.empty()) options.profiling(profile);
+    if (!optimized_model_out.empty()) options.optimized_model_path(optimized_model_out);
 }
 
 void print_profile(Session& session, std::FILE* out) {

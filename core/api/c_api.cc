@@ -208,6 +208,14 @@ TESS_EXPORT TessStatus* tess_session_options_set_profiling(TessSessionOptions* o
     });
 }
 
+TESS_EXPORT TessStatus* tess_session_options_set_optimized_model_path(TessSessionOptions* options,
+                                                                      const char* file_path) {
+    return guarded([&] {
+        require(options, "options");
+        options->optimized_model_path = file_path != nullptr ? file_path : "";
+    });
+}
+
 // ---- Sessions ----
 
 TESS_EXPORT TessStatus* tess_session_create(TessEnv* env, const char* model_path, const TessSessionOptions* options,

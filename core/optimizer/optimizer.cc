@@ -13,6 +13,7 @@ std::vector<std::unique_ptr<GraphPass>> default_passes() {
     passes.push_back(make_fuse_conv_batchnorm_pass());
     passes.push_back(make_fold_channel_affine_pass());
     passes.push_back(make_fuse_conv_activation_pass());
+    passes.push_back(make_fuse_gelu_pass());
     passes.push_back(make_dead_node_pass());
     return passes;
 }

@@ -7,6 +7,7 @@
 
 #include "common/status.h"
 #include "graph/graph_view.h"
+#include "model/save.h"
 #include "optimizer/optimizer.h"
 #include "partition/partitioner.h"
 #include "plugins/contexts.h"
@@ -48,6 +49,11 @@ Session::Session(TessEnv& env, LoadedModel model, const TessSessionOptions& opti
     optimize(graph_, context, optimization_level_from_int(options.optimization_level));
     profile_phase("optimize", optimize_start,
                   fmt::format("{{\"level\":{},\"nodes\":{}}}", options.optimization_level, graph_.nodes.size()));
+    if (!options.optimized_model_path.empty()) {  // the optimized graph, before partitioning (tessera.h)
+        const int64_t save_start = Profiler::now_ns();
+        save_model_file(graph_, options.optimized_model_path);
+        profile_phase("save", save_start, fmt::format("{{\"initializers\":{}}}", graph_.initializers.size()));
+    }
     compile(options);
     profile_phase("compile", partition_end_ns_, fmt::format("{{\"partitions\":{}}}", executor_->partitions().size()));
 }

@@ -31,6 +31,7 @@ struct TessSessionOptions {
     bool strict = false;
     int32_t optimization_level = 3;  // TESS_OPTIMIZATION_ALL
     std::string profile_path;        // the trace file; "" when profiling is off (exec/profiler.h)
+    std::string optimized_model_path;  // where the optimized graph is saved (model/save.h); "" when not saved
 };
 
 namespace tessera {

@@ -109,6 +109,13 @@ import json
 json.load(open('$work/bench_profile.json.out')); json.load(open('$work/bench_json_profile.json'))"
 want_status=2 bad "inspect --profile exits 2" inspect "$default_model" --profile "$work/inspect_profile.json"
 
+# --optimized-model-out: the graph the optimizer produced, saved as an ONNX model that onnx reads.
+"$tessera" run "$default_model" --optimized-model-out "$work/optimized.onnx" > /dev/null 2>&1; status=$?
+check "run --optimized-model-out writes a model onnx loads" python3 -c "
+import onnx, sys
+m = onnx.load('$work/optimized.onnx')
+sys.exit(0 if $status == 0 and m.producer_name == 'tessera' and len(m.graph.node) > 0 else 1)"
+
 # inspect: the partition plan of a real model split between the sample provider and cpu.
 resnet="$data/light/light_resnet50.onnx"
 if [ -f "$resnet" ]; then

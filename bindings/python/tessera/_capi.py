@@ -156,6 +156,7 @@ _PROTOTYPES = {
     "tess_session_options_set_strict": (Status, [Handle, c_int32]),
     "tess_session_options_set_optimization_level": (Status, [Handle, c_int32]),
     "tess_session_options_set_profiling": (Status, [Handle, c_char_p]),
+    "tess_session_options_set_optimized_model_path": (Status, [Handle, c_char_p]),
     "tess_session_create": (Status, [Handle, c_char_p, Handle, POINTER(Handle)]),
     "tess_session_create_from_bytes": (Status, [Handle, c_void_p, c_size_t, c_char_p, Handle, POINTER(Handle)]),
     "tess_session_release": (None, [Handle]),

@@ -200,6 +200,11 @@ class InferenceSession:
             ``SessionOptions.enable_profiling``.  The file is ``profile_file``, or
             ``tessera_profile_<date>_<time>.json`` in the current directory.
         profile_file: the trace file's path; giving it turns profiling on.
+        optimized_model_filepath: save the graph the optimizer produced (at ``optimization_level``, before
+            partitioning) to this ONNX file during session creation, as onnxruntime's
+            ``SessionOptions.optimized_model_filepath``.  Fused nodes keep the optimizer's ``ai.tessera`` domain, which
+            Tessera runs; a model over 2 GiB keeps its larger initializers in ``<file>.data`` next to it.  A file
+            that cannot be written fails session creation.
 
     ``run`` may be called from several threads at once; the GIL is released while Tessera computes.
     """
@@ -207,7 +212,8 @@ class InferenceSession:
     def __init__(self, path_or_bytes: str | os.PathLike | bytes | Any, providers: Sequence[Any] | None = None,
                  strict: bool = False, intra_op_threads: int = 0, optimization_level: int = 3,
                  plugin_path: str | Sequence[str] | None = None, environment: Environment | None = None,
-                 enable_profiling: bool = False, profile_file: str | os.PathLike | None = None) -> None:
+                 enable_profiling: bool = False, profile_file: str | os.PathLike | None = None,
+                 optimized_model_filepath: str | os.PathLike | None = None) -> None:
         if environment is None:
             environment = Environment(plugin_path=plugin_path) if plugin_path else get_default_environment()
         elif plugin_path:
@@ -229,6 +235,9 @@ class InferenceSession:
                 if not profile_file:
                     profile_file = time.strftime("tessera_profile_%Y-%m-%d_%H-%M-%S.json")
                 check(lib.tess_session_options_set_profiling(options, os.fspath(profile_file).encode("utf-8")))
+            if optimized_model_filepath:
+                check(lib.tess_session_options_set_optimized_model_path(
+                    options, os.fspath(optimized_model_filepath).encode("utf-8")))
             if hasattr(path_or_bytes, "SerializeToString"):  # onnx.ModelProto
                 path_or_bytes = path_or_bytes.SerializeToString()
             if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):

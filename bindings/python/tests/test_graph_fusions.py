@@ -1023,3 +1023,43 @@ def test_broadcasting_mul_is_not_folded():
     outputs, ops_1 = run_at(model, b.feeds, 1)
     assert ops_1 == sorted(["Conv", "Mul"])
     assert_same(outputs, reference, "level 1 against level 0")
+
+
+# ---- GELU written out with Erf ------------------------------------------------------------------------------------
+
+
+def erf_gelu_model(variant: str):
+    """The Erf GELU as exporters write it; `variant` picks the operand orders and the scale's form."""
+    b = Builder(93, opset=17)
+    x = b.node("Relu", [b.input("x", [2, 5, 12])])  # x must not be a graph input for the pattern to matter
+    if variant == "mul_inverse_sqrt2":
+        scaled = b.node("Mul", [b.scalar("inv_sqrt2", float(np.sqrt(0.5))), x])
+    elif variant == "not_sqrt2":
+        scaled = b.node("Div", [x, b.scalar("almost_sqrt2", 1.4)])
+    else:
+        scaled = b.node("Div", [x, b.scalar("sqrt2", float(np.sqrt(2.0)))])
+    a = b.node("Add", [b.scalar("one", 1.0), b.node("Erf", [scaled])])
+    if variant == "half_first":
+        y = b.node("Mul", [a, b.node("Mul", [b.scalar("half", 0.5), x])])
+    else:
+        y = b.node("Mul", [b.node("Mul", [x, a]), b.scalar("half", 0.5)])
+    b.output(y)
+    return b
+
+
+@pytest.mark.parametrize("variant", ["div_sqrt2", "mul_inverse_sqrt2", "half_first", "not_sqrt2"])
+def test_erf_gelu_fuses_into_one_node(variant):
+    b = erf_gelu_model(variant)
+    model = b.model()
+    reference, ops0 = run_at(model, b.feeds, 0)
+    theirs = onnxruntime_outputs(model, b.feeds)
+    if theirs is not None:
+        assert_same(reference, theirs, "level 0 against onnxruntime")
+    _, basic = run_at(model, b.feeds, 1)
+    assert basic == ops0, "GELU fusion is an extended-level rewrite"
+    outputs, extended = run_at(model, b.feeds, 3)
+    if variant == "not_sqrt2":
+        assert extended == ops0
+    else:
+        assert extended == sorted(["Relu", "ai.tessera:Gelu"]), extended
+    assert_same(outputs, reference, f"{variant}: level 3 against level 0")

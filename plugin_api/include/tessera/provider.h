@@ -32,7 +32,8 @@ extern "C" {
  *   FusedConv(X, W, [B], [Z]) -> Y: Y = activation(Conv(X, W, B) + Z), float32; Conv's attributes, plus
  *     `activation` (string: Relu, Clip, LeakyRelu, HardSigmoid, Sigmoid, Tanh; absent = none) and
  *     `activation_params` (floats: Clip [min, max], LeakyRelu [alpha], HardSigmoid [alpha, beta]); Z has Y's shape.
- *     The same signature as onnxruntime's com.microsoft FusedConv. */
+ *     The same signature as onnxruntime's com.microsoft FusedConv.
+ *   Gelu(X) -> Y: ONNX's Gelu (opset 20) with `approximate` "none" or "tanh", for models of any opset. */
 #define TESS_FUSED_OPS_DOMAIN "ai.tessera"
 
 /* ---- Read-only graph views ---------------------------------------------------------------------------------

@@ -126,6 +126,17 @@ TESS_EXPORT TessStatus* tess_session_options_set_optimization_level(TessSessionO
  * that path and replaced when it exists; a directory that does not exist fails session creation.  NULL or ""
  * (the default) turns profiling off.  The path is copied.  Since API 0.1. */
 TESS_EXPORT TessStatus* tess_session_options_set_profiling(TessSessionOptions* options, const char* file_path);
+/* Saves the optimized graph, as onnxruntime's SessionOptions.optimized_model_filepath: session creation writes the
+ * graph the optimizer produced (at the session's optimization level) to `file_path` as an ONNX model, after the
+ * graph optimizer ran and before partitioning, so that it shows what the providers are offered.  The file is
+ * replaced when it exists.  Nodes the optimizer fused keep its own domain (TESS_FUSED_OPS_DOMAIN, "ai.tessera",
+ * imported by the model): Tessera runs the file, other runtimes may not.  A model too large for one protobuf file
+ * (2 GiB) stores its initializers of 1 KiB and more in "<file name>.data" next to it as ONNX external data.  A file
+ * that cannot be written (its directory does not exist or is not writable, the disk is full) fails session
+ * creation with TESS_STATUS_RUNTIME_ERROR and a message naming the path.  NULL or "" (the default) saves nothing.
+ * The path is copied.  Since API 0.1. */
+TESS_EXPORT TessStatus* tess_session_options_set_optimized_model_path(TessSessionOptions* options,
+                                                                      const char* file_path);
 
 /* ---- Sessions ---------------------------------------------------------------------------------------------- */
 

@@ -445,6 +445,12 @@ public:
         check(tess_session_options_set_profiling(options_, file_path.c_str()));
         return *this;
     }
+    // Saves the graph the optimizer produced (before partitioning) to this ONNX file at session creation, as
+    // onnxruntime's optimized_model_filepath; empty: off.  A file that cannot be written fails session creation.
+    SessionOptions& optimized_model_path(const std::string& file_path) {
+        check(tess_session_options_set_optimized_model_path(options_, file_path.c_str()));
+        return *this;
+    }
 
 private:
     TessSessionOptions* options_ = nullptr;

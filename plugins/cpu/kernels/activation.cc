@@ -426,8 +426,9 @@ template <typename Types> std::vector<int32_t> input_type_ids(Types types) {
 }
 
 template <typename Fn, typename Types>
-void add_unary(KernelRegistry& registry, const char* op, int since, KernelMemory memory = KernelMemory::InPlaceInput0) {
-    registry.add(KernelDef{.domain = "",
+void add_unary(KernelRegistry& registry, const char* op, int since, KernelMemory memory = KernelMemory::InPlaceInput0,
+               const char* domain = "") {
+    registry.add(KernelDef{.domain = domain,
                            .op_type = op,
                            .since_version = since,
                            .input_types = {{0, input_type_ids(Types{})}},
@@ -481,6 +482,8 @@ void register_activation_kernels(KernelRegistry& registry) {
     add_unary<Softsign, FloatTypes>(registry, "Softsign", 1);
     add_unary<Mish, FloatTypes>(registry, "Mish", 18);
     add_unary<Gelu, FloatTypes>(registry, "Gelu", 20);
+    // The optimizer's Gelu (provider.h), fused from the Erf pattern in models whose opset predates ONNX's Gelu.
+    add_unary<Gelu, FloatTypes>(registry, "Gelu", 1, KernelMemory::InPlaceInput0, TESS_FUSED_OPS_DOMAIN);
     add_unary<Shrink, NumericTypes>(registry, "Shrink", 9);
 
     const auto numeric = type_ids(NumericTypes{});
