@@ -255,7 +255,10 @@ def main(argv):
             if err:
                 info["notes"].append(f"{runtime} on {row['model']} ({row['threads']} threads) failed: {err}")
 
-    command = "python3 benchmarks/compare.py " + " ".join(argv) if argv else "python3 benchmarks/compare.py"
+    # The report names the command that regenerates it: where the JSON copy went is not part of that.
+    shown = [a for i, a in enumerate(argv) if a != "--json" and not (i > 0 and argv[i - 1] == "--json")
+             and not a.startswith("--json=")]
+    command = "python3 benchmarks/compare.py " + " ".join(shown) if shown else "python3 benchmarks/compare.py"
     settings = {"threads": args.threads, "runs": args.runs, "rounds": args.rounds, "warmup": args.warmup,
                 "budget": args.budget, "command": command.strip()}
     text = report.render(info, rows, settings, models.CONV_MODELS)

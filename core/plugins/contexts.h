@@ -1,6 +1,7 @@
 // The core-side objects behind the opaque context handles that providers receive.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -24,6 +25,8 @@ namespace tessera {
 struct CompileReleases {
     const TessGraphView* view = nullptr;
     std::vector<std::pair<size_t, size_t>> released;  // (graph node index, input index)
+    // When set, called for each release as it happens (the session frees a constant at its last reader's release).
+    std::function<void(size_t node_index, size_t input_index)> on_release;
 };
 CompileReleases*& active_compile_releases();  // thread-local; NULL outside compile calls
 

@@ -90,6 +90,7 @@ void host_compile_release_constant(const TessGraphView* graph, size_t node_index
         tessera::CompileReleases* active = tessera::active_compile_releases();
         if (active == nullptr || graph == nullptr || graph != active->view) return;  // not the compile in progress
         active->released.emplace_back(node_index, input_index);
+        if (active->on_release) active->on_release(node_index, input_index);
     } catch (...) {
     }
 }

@@ -162,10 +162,26 @@ void Session::infer_custom_op_types() {
     }
 }
 
+// How many (node, input) reads each freeable constant has; constants read by subgraph bodies, returned as graph
+// outputs or overridable as graph inputs are left out (never freed).
+std::unordered_map<std::string, size_t> Session::count_constant_readers() const {
+    std::unordered_map<std::string, size_t> readers;
+    std::set<std::string> pinned(graph_.outputs.begin(), graph_.outputs.end());
+    for (const Node& node : graph_.nodes) {
+        for (const auto& name : node.inputs)
+            if (!name.empty() && graph_.initializers.count(name)) ++readers[name];
+        pinned.insert(node.implicit_inputs.begin(), node.implicit_inputs.end());
+    }
+    for (auto it = readers.begin(); it != readers.end();) {
+        if (pinned.count(it->first) || graph_.is_graph_input(it->first)) it = readers.erase(it);
+        else ++it;
+    }
+    return readers;
+}
+
 // Frees the constants every reader has copied (prepacked) for itself, so that weights are held once.  A constant
 // read by a subgraph body, or returned as a graph output, stays.
-void Session::free_released_constants(const std::set<std::pair<size_t, size_t>>& released) {
-    if (released.empty()) return;
+void Session::free_released_constants(const std::set<std::pair<size_t, size_t>>& released, size_t freed) {
     std::unordered_map<std::string, bool> all_released;
     for (size_t n = 0; n < graph_.nodes.size(); ++n) {
         const Node& node = graph_.nodes[n];
@@ -178,7 +194,6 @@ void Session::free_released_constants(const std::set<std::pair<size_t, size_t>>&
         for (const auto& name : node.implicit_inputs) all_released[name] = false;
     }
     for (const auto& out : graph_.outputs) all_released[out] = false;
-    size_t freed = 0;
     for (const auto& [name, releasable] : all_released) {
         if (!releasable || graph_.is_graph_input(name)) continue;
         auto it = graph_.initializers.find(name);
@@ -254,6 +269,24 @@ void Session::compile(const TessSessionOptions& options) {
     for (auto& instance : instances_) request.providers.push_back(instance.get());
 
     // A provider that fails to compile a group gives those nodes up to the next provider (unless strict).
+    // With one provider no partition is ever compiled twice (its failure ends session creation), so a constant is
+    // freed the moment its last reader has copied it: a model's weights are not held twice while they are packed.
+    // With several providers a failed compile re-partitions and compiles again, so frees wait for the last attempt.
+    std::unordered_map<std::string, size_t> readers_left;
+    std::function<void(size_t, size_t)> free_at_release;
+    size_t freed_early = 0;
+    if (instances_.size() == 1) {
+        readers_left = count_constant_readers();
+        free_at_release = [this, &readers_left, &freed_early](size_t node, size_t input) {
+            if (node >= graph_.nodes.size() || input >= graph_.nodes[node].inputs.size()) return;
+            auto it = readers_left.find(graph_.nodes[node].inputs[input]);
+            if (it == readers_left.end() || it->second == 0 || --it->second > 0) return;
+            auto constant = graph_.initializers.find(it->first);
+            if (constant == graph_.initializers.end()) return;
+            freed_early += constant->second->byte_size;
+            graph_.initializers.erase(constant);
+        };
+    }
     for (size_t attempt = 0;; ++attempt) {
         std::set<std::pair<size_t, size_t>> released_reads;  // constants the compiled partitions copied
         const int64_t partition_start = Profiler::now_ns();
@@ -272,6 +305,7 @@ void Session::compile(const TessSessionOptions& options) {
             part.outputs = builder.output_names();
             CompileReleases releases;
             releases.view = view;
+            if (free_at_release) releases.on_release = free_at_release;
             active_compile_releases() = &releases;
             TessStatus* status = part.instance->api().compile(part.instance->handle(), view, &part.compiled);
             active_compile_releases() = nullptr;
@@ -323,7 +357,7 @@ void Session::compile(const TessSessionOptions& options) {
             }
         }
         executor_ = std::make_unique<Executor>(graph_, std::move(compiled));
-        free_released_constants(released_reads);
+        free_released_constants(released_reads, freed_early);
         break;
     }
 }

@@ -6,6 +6,7 @@
 #include <set>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/log.h"
@@ -61,7 +62,9 @@ private:
     void choose_providers(TessEnv& env, const TessSessionOptions& options);
     std::vector<ValuePtr> evaluate_constant_node(const Graph& graph, size_t node_index);
     std::vector<int> place_nodes(const Graph& graph, const std::vector<size_t>& nodes);
-    void free_released_constants(const std::set<std::pair<size_t, size_t>>& released);
+    // `freed`: bytes already freed while compiling (single-provider sessions), for the log line.
+    void free_released_constants(const std::set<std::pair<size_t, size_t>>& released, size_t freed);
+    std::unordered_map<std::string, size_t> count_constant_readers() const;
     void compile(const TessSessionOptions& options);
     void check_input(const IoInfo& info, const TessValue& value) const;
     void infer_custom_op_types();

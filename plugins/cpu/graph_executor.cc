@@ -562,12 +562,13 @@ void CompiledGraph::remember_constant_shapes(const TessGraphView& view) {
         const TessNodeView& node = *view.nodes[n];
         for (size_t i = 0; i < node.input_count; ++i) {
             const TessValueView* v = node.inputs[i];
-            if (v == nullptr || v->constant == nullptr || host().value_kind(v->constant) != TESS_VALUE_TENSOR) continue;
+            // The view's declared dims, not the constant: the core may already have freed a released constant.
+            if (v == nullptr || v->constant == nullptr || v->rank < 0) continue;
             auto it = ids.find(v->name);
             if (it == ids.end()) continue;
             if (constant_shapes_.size() < values_.size()) constant_shapes_.resize(values_.size());
             std::string& shape = constant_shapes_[static_cast<size_t>(it->second)];
-            if (shape.empty()) append_shape(shape, host().tensor_dims(v->constant), host().tensor_rank(v->constant));
+            if (shape.empty()) append_shape(shape, v->dims, static_cast<size_t>(v->rank));
         }
     }
 }

@@ -1063,3 +1063,25 @@ def test_erf_gelu_fuses_into_one_node(variant):
     else:
         assert extended == sorted(["Relu", "ai.tessera:Gelu"]), extended
     assert_same(outputs, reference, f"{variant}: level 3 against level 0")
+
+
+def test_a_weight_shared_by_two_convolutions_is_freed_after_both_copied_it(tmp_path):
+    b = Builder(78)
+    x = b.input("x", [1, 4, 6, 6])
+    w = b.const("shared_w", (b.rng.standard_normal((4, 4, 3, 3)) / 6).astype(np.float32))
+    h = b.node("Conv", [b.node("Conv", [x, w], pads=[1, 1, 1, 1]), w], pads=[1, 1, 1, 1])
+    b.output(h)
+    model = b.model()
+    path = tmp_path / "shared.onnx"
+    onnx.save(model, str(path))
+    reference = onnxruntime_outputs(model, b.feeds)
+    session = tessera.InferenceSession(str(path), intra_op_threads=2)
+    for _ in range(3):
+        outputs = session.run(None, b.feeds)
+        if reference is not None:
+            assert_same(outputs, reference, "shared weights against onnxruntime")
+    if not os.path.exists(CLI):
+        pytest.skip(f"no CLI at {CLI}")
+    log = subprocess.run([CLI, "run", str(path), "--log-level", "debug"], capture_output=True, text=True)
+    assert log.returncode == 0, log.stderr
+    assert "freed 576 bytes of constants the providers prepacked" in log.stderr  # 4 x 4 x 3 x 3 floats, once
