@@ -72,11 +72,7 @@ public:
             changed = true;
         }
         if (!changed) return false;
-        std::vector<Node> kept;
-        kept.reserve(graph.nodes.size());
-        for (size_t n = 0; n < graph.nodes.size(); ++n)
-            if (!removed[n]) kept.push_back(std::move(graph.nodes[n]));
-        graph.nodes = std::move(kept);
+        fusion::erase_nodes(graph, removed);
         return true;
     }
 

@@ -69,6 +69,14 @@ std::optional<std::vector<int64_t>> static_shape(const Graph& graph, const std::
     return it->second.dims;
 }
 
+void erase_nodes(Graph& graph, const std::vector<bool>& removed) {
+    std::vector<Node> kept;
+    kept.reserve(graph.nodes.size());
+    for (size_t n = 0; n < graph.nodes.size(); ++n)
+        if (n >= removed.size() || !removed[n]) kept.push_back(std::move(graph.nodes[n]));
+    graph.nodes = std::move(kept);
+}
+
 onnx::AttributeProto make_attribute(const std::string& name, const std::string& value) {
     onnx::AttributeProto attr;
     attr.set_name(name);

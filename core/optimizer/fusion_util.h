@@ -31,6 +31,9 @@ bool only_feeds(const Graph& graph, const std::unordered_map<std::string, std::v
 // The static shape of a value when every dimension is known.
 std::optional<std::vector<int64_t>> static_shape(const Graph& graph, const std::string& value);
 
+// Removes the nodes marked in `removed` (indexed like graph.nodes), keeping the others in order.
+void erase_nodes(Graph& graph, const std::vector<bool>& removed);
+
 // Attribute helpers for nodes built by a fusion.
 onnx::AttributeProto make_attribute(const std::string& name, const std::string& value);
 onnx::AttributeProto make_attribute(const std::string& name, const std::vector<float>& values);

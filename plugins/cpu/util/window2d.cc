@@ -84,10 +84,7 @@ __attribute__((target("avx512f"))) void plane(const WindowGeometry& g, const flo
     for (int64_t oh = 0; oh < OH; ++oh) {
         float* yrow = y + oh * OW;
         const float* zrow = z != nullptr ? z + oh * OW : nullptr;
-        // Taps kh with 0 <= oh * SH - top + kh * DH < H.
-        const int64_t before = top - oh * SH, after = H - 1 + top - oh * SH;
-        const int64_t kh_first = before <= 0 ? 0 : (before + DH - 1) / DH;
-        const int64_t kh_last = after < 0 ? 0 : std::min<int64_t>(KH, after / DH + 1);
+        const auto [kh_first, kh_last] = taps_inside(oh * SH - top, KH, DH, H);
         for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
             const int64_t base = ow0 * kStride - left;  // input column of lane 0, tap 0
             const bool interior = base >= 0 && base + reach <= W && ow0 + 16 <= OW;
@@ -135,9 +132,7 @@ __attribute__((target("avx512f"))) void max_plane(const WindowGeometry& g, const
     const __m512 lowest = _mm512_set1_ps(std::numeric_limits<float>::lowest());
     const int64_t reach = (KW - 1) * DW + 16 * kStride;
     for (int64_t oh = 0; oh < OH; ++oh) {
-        const int64_t before = top - oh * SH, after = H - 1 + top - oh * SH;
-        const int64_t kh_first = before <= 0 ? 0 : (before + DH - 1) / DH;
-        const int64_t kh_last = after < 0 ? 0 : std::min<int64_t>(KH, after / DH + 1);
+        const auto [kh_first, kh_last] = taps_inside(oh * SH - top, KH, DH, H);
         for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
             const int64_t base = ow0 * kStride - left;
             const bool interior = base >= 0 && base + reach <= W;
