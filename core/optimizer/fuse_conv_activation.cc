@@ -9,10 +9,9 @@
 // replaces (PassContext::placement); elsewhere the graph stays as it was.
 #include <limits>
 
-#include "common/log.h"
-#include "tessera/provider.h"
 #include "optimizer/fusion_util.h"
 #include "optimizer/optimizer.h"
+#include "tessera/provider.h"
 
 namespace tessera {
 
@@ -64,11 +63,6 @@ bool is_float32(const Graph& graph, const std::string& value) {
     return it != graph.types.end() && it->second.element_type == TESS_ELEMENT_FLOAT32;
 }
 
-struct Chain {
-    std::vector<size_t> nodes;  // conv [, add] [, activation], in graph order
-    Node fused;
-};
-
 class FuseConvActivation : public GraphPass {
 public:
     const char* name() const override { return "fuse-conv-activation"; }
@@ -76,59 +70,12 @@ public:
 
     bool run(Graph& graph, const PassContext& context) const override {
         if (!context.placement) return false;
-        std::vector<Chain> chains = find_chains(graph);
-        if (chains.empty()) return false;
-
-        // Ask the providers about the fused nodes in a trial copy of the graph.
-        Graph trial = graph;
-        trial.opsets.emplace(kFusedDomain, 1);
-        std::vector<size_t> fused_indices;
-        for (const auto& chain : chains) {
-            fused_indices.push_back(trial.nodes.size());
-            trial.nodes.push_back(chain.fused);
-        }
-        const std::vector<int> fused_placement = context.placement(trial, fused_indices);
-        // Where the original nodes would run: every one of them must go to the fused node's provider, so that
-        // fusing never moves work (a Relu a higher-priority provider claims stays there).
-        std::vector<size_t> originals;
-        for (const auto& chain : chains) originals.insert(originals.end(), chain.nodes.begin(), chain.nodes.end());
-        const std::vector<int> original_placement = context.placement(graph, originals);
-        std::vector<bool> same_provider(chains.size(), true);
-        for (size_t c = 0, i = 0; c < chains.size(); ++c)
-            for (size_t k = 0; k < chains[c].nodes.size(); ++k, ++i)
-                if (i >= original_placement.size() || original_placement[i] != fused_placement[c])
-                    same_provider[c] = false;
-
-        std::vector<bool> removed(graph.nodes.size(), false);
-        std::vector<const Node*> replacement(graph.nodes.size(), nullptr);
-        bool changed = false;
-        for (size_t c = 0; c < chains.size(); ++c) {
-            if (c >= fused_placement.size() || fused_placement[c] < 0 || !same_provider[c]) {
-                log_message(TESS_LOG_DEBUG, "optimizer",
-                            chains[c].fused.label() + " not fused: the provider that would run it does not run all "
-                                                      "of the nodes it replaces");
-                continue;
-            }
-            for (size_t n : chains[c].nodes) removed[n] = true;
-            replacement[chains[c].nodes.back()] = &chains[c].fused;
-            changed = true;
-        }
-        if (!changed) return false;
-        graph.opsets.emplace(kFusedDomain, 1);
-        std::vector<Node> kept;
-        kept.reserve(graph.nodes.size());
-        for (size_t n = 0; n < graph.nodes.size(); ++n) {
-            if (replacement[n] != nullptr) kept.push_back(*replacement[n]);
-            else if (!removed[n]) kept.push_back(std::move(graph.nodes[n]));
-        }
-        graph.nodes = std::move(kept);
-        graph.sort_topologically();  // Z may be produced between the Conv and the Add
-        return true;
+        return fusion::apply_where_placed(graph, context, find_chains(graph));
     }
 
 private:
-    static std::vector<Chain> find_chains(const Graph& graph) {
-        std::vector<Chain> chains;
+    static std::vector<fusion::Candidate> find_chains(const Graph& graph) {
+        std::vector<fusion::Candidate> chains;
         auto readers = fusion::consumers(graph);
         std::vector<bool> taken(graph.nodes.size(), false);
         auto single_reader = [&](const std::string& value, size_t& reader) {
@@ -141,7 +88,7 @@ private:
             const Node& conv = graph.nodes[c];
             if (!conv.domain.empty() || conv.op_type != "Conv" || conv.outputs.size() != 1 || taken[c]) continue;
             if (!is_float32(graph, conv.outputs[0])) continue;
-            Chain chain;
+            fusion::Candidate chain;
             chain.nodes.push_back(c);
             std::string tail = conv.outputs[0];
             std::string z;

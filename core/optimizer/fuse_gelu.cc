@@ -5,7 +5,6 @@
 // provider that would run every replaced node runs the fused one.
 #include <cmath>
 
-#include "common/log.h"
 #include "optimizer/fusion_util.h"
 #include "optimizer/optimizer.h"
 #include "tessera/provider.h"
@@ -39,43 +38,9 @@ public:
 
     bool run(Graph& graph, const PassContext& context) const override {
         if (!context.placement) return false;
-        std::vector<GeluMatch> matches = find(graph);
-        if (matches.empty()) return false;
-        Graph trial = graph;
-        trial.opsets.emplace(TESS_FUSED_OPS_DOMAIN, 1);
-        std::vector<size_t> fused_indices, originals;
-        for (const auto& m : matches) {
-            fused_indices.push_back(trial.nodes.size());
-            trial.nodes.push_back(make_gelu(m));
-            originals.insert(originals.end(), m.nodes.begin(), m.nodes.end());
-        }
-        const std::vector<int> fused = context.placement(trial, fused_indices);
-        const std::vector<int> original = context.placement(graph, originals);
-        std::vector<bool> removed(graph.nodes.size(), false);
-        std::vector<int> replacement(graph.nodes.size(), -1);
-        bool changed = false;
-        for (size_t i = 0, o = 0; i < matches.size(); ++i) {
-            bool same = i < fused.size() && fused[i] >= 0;
-            for (size_t k = 0; k < matches[i].nodes.size(); ++k, ++o) same = same && original[o] == fused[i];
-            if (!same) {
-                log_message(TESS_LOG_DEBUG, "optimizer", "GELU at " + matches[i].y + " not fused: its provider lacks Gelu");
-                continue;
-            }
-            for (size_t n : matches[i].nodes) removed[n] = true;
-            replacement[matches[i].nodes.back()] = static_cast<int>(i);
-            changed = true;
-        }
-        if (!changed) return false;
-        graph.opsets.emplace(TESS_FUSED_OPS_DOMAIN, 1);
-        std::vector<Node> kept;
-        kept.reserve(graph.nodes.size());
-        for (size_t n = 0; n < graph.nodes.size(); ++n) {
-            if (replacement[n] >= 0) kept.push_back(make_gelu(matches[static_cast<size_t>(replacement[n])]));
-            else if (!removed[n]) kept.push_back(std::move(graph.nodes[n]));
-        }
-        graph.nodes = std::move(kept);
-        graph.sort_topologically();
-        return true;
+        std::vector<fusion::Candidate> candidates;
+        for (const GeluMatch& m : find(graph)) candidates.push_back({m.nodes, make_gelu(m)});
+        return fusion::apply_where_placed(graph, context, candidates);
     }
 
 private:

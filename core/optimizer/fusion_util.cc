@@ -2,6 +2,9 @@
 
 #include <cstring>
 
+#include "common/log.h"
+#include "tessera/provider.h"
+
 namespace tessera::fusion {
 
 std::optional<std::vector<int64_t>> constant_dims(const Graph& graph, const std::string& name) {
@@ -67,6 +70,50 @@ std::optional<std::vector<int64_t>> static_shape(const Graph& graph, const std::
     for (int64_t d : it->second.dims)
         if (d < 0) return std::nullopt;
     return it->second.dims;
+}
+
+bool apply_where_placed(Graph& graph, const PassContext& context, const std::vector<Candidate>& candidates) {
+    if (!context.placement || candidates.empty()) return false;
+    // Ask the providers about the fused nodes in a trial copy of the graph, and about the nodes they replace.
+    Graph trial = graph;
+    trial.opsets.emplace(TESS_FUSED_OPS_DOMAIN, 1);
+    std::vector<size_t> fused_indices, originals;
+    for (const auto& c : candidates) {
+        fused_indices.push_back(trial.nodes.size());
+        trial.nodes.push_back(c.fused);
+        originals.insert(originals.end(), c.nodes.begin(), c.nodes.end());
+    }
+    const std::vector<int> fused = context.placement(trial, fused_indices);
+    const std::vector<int> original = context.placement(graph, originals);
+
+    std::vector<bool> removed(graph.nodes.size(), false);
+    std::vector<const Node*> replacement(graph.nodes.size(), nullptr);
+    bool changed = false;
+    for (size_t c = 0, i = 0; c < candidates.size(); ++c) {
+        bool placed = c < fused.size() && fused[c] >= 0;
+        for (size_t k = 0; k < candidates[c].nodes.size(); ++k, ++i)
+            placed = placed && i < original.size() && original[i] == fused[c];
+        if (!placed) {
+            log_message(TESS_LOG_DEBUG, "optimizer",
+                        candidates[c].fused.label() + " not fused: the provider that would run it does not run all "
+                                                      "of the nodes it replaces");
+            continue;
+        }
+        for (size_t n : candidates[c].nodes) removed[n] = true;
+        replacement[candidates[c].nodes.back()] = &candidates[c].fused;
+        changed = true;
+    }
+    if (!changed) return false;
+    graph.opsets.emplace(TESS_FUSED_OPS_DOMAIN, 1);
+    std::vector<Node> kept;
+    kept.reserve(graph.nodes.size());
+    for (size_t n = 0; n < graph.nodes.size(); ++n) {
+        if (replacement[n] != nullptr) kept.push_back(*replacement[n]);
+        else if (!removed[n]) kept.push_back(std::move(graph.nodes[n]));
+    }
+    graph.nodes = std::move(kept);
+    graph.sort_topologically();  // a fused node's inputs may be produced between the nodes it replaced
+    return true;
 }
 
 void erase_nodes(Graph& graph, const std::vector<bool>& removed) {

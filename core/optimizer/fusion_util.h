@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "optimizer/optimizer.h"
 
 namespace tessera::fusion {
 
@@ -30,6 +31,19 @@ bool only_feeds(const Graph& graph, const std::unordered_map<std::string, std::v
 
 // The static shape of a value when every dimension is known.
 std::optional<std::vector<int64_t>> static_shape(const Graph& graph, const std::string& value);
+
+// A fusion found in the graph: the nodes it replaces (the last one produces the fused node's output, and its
+// position receives the fused node) and the fused node.
+struct Candidate {
+    std::vector<size_t> nodes;
+    Node fused;
+};
+
+// Replaces each candidate's nodes by its fused node (of TESS_FUSED_OPS_DOMAIN, imported as opset 1) where the
+// provider that would run every replaced node claims the fused node (PassContext::placement), so that fusing never
+// moves work to another provider nor leaves a node nobody runs; the others stay as they are.  Keeps the graph
+// topologically sorted.  Returns true when it changed the graph.
+bool apply_where_placed(Graph& graph, const PassContext& context, const std::vector<Candidate>& candidates);
 
 // Removes the nodes marked in `removed` (indexed like graph.nodes), keeping the others in order.
 void erase_nodes(Graph& graph, const std::vector<bool>& removed);
