@@ -38,6 +38,24 @@ __attribute__((target("avx512f"))) inline __mmask16 lanes_inside(int64_t start, 
     return static_cast<__mmask16>(upto_last & from_first);
 }
 
+// Input columns iw0, iw0 + kStride, ... (16 of them) of one row of width W: one load for stride 1, two and a lane
+// shuffle for stride 2.  Columns outside the row read as `fill` (masked lanes load nothing, so nothing faults);
+// `interior` says every column is inside.
+template <int kStride>
+__attribute__((target("avx512f"))) inline __m512 window_columns(const float* row, int64_t iw0, int64_t W,
+                                                                 bool interior, __m512 fill) {
+    if constexpr (kStride == 1) {
+        return interior ? _mm512_loadu_ps(row + iw0) : _mm512_mask_loadu_ps(fill, lanes_inside(iw0, 0, W), row + iw0);
+    } else {
+        const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+        const __m512 lo = interior ? _mm512_loadu_ps(row + iw0)
+                                   : _mm512_mask_loadu_ps(fill, lanes_inside(iw0, 0, W), row + iw0);
+        const __m512 hi = interior ? _mm512_loadu_ps(row + iw0 + 16)
+                                   : _mm512_mask_loadu_ps(fill, lanes_inside(iw0 + 16, 0, W), row + iw0 + 16);
+        return _mm512_permutex2var_ps(lo, even, hi);
+    }
+}
+
 __attribute__((target("avx512f"))) inline __m512 activate(__m512 v, const ConvEpilogue& e) {
     switch (e.activation) {
         case ConvEpilogue::Activation::None: return v;
@@ -71,8 +89,7 @@ __attribute__((target("avx512f"))) void plane(const WindowGeometry& g, const flo
     const int64_t H = g.input[0], W = g.input[1], OH = g.output[0], OW = g.output[1];
     const int64_t KH = g.kernel[0], KW = g.kernel[1], SH = g.strides[0], DH = g.dilations[0], DW = g.dilations[1];
     const int64_t top = g.pads_begin[0], left = g.pads_begin[1];
-    // Stride 2: lanes 0, 2, ..., 30 of a 32-float window.
-    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512 zero = _mm512_setzero_ps();
     constexpr int64_t kMaxHoisted = 25;  // up to 5x5 windows keep their weights in registers
     __m512 weights[kMaxHoisted];
     const bool hoisted = KH * KW <= kMaxHoisted;
@@ -93,22 +110,7 @@ __attribute__((target("avx512f"))) void plane(const WindowGeometry& g, const flo
             for (int64_t kh = kh_first; kh < kh_last; ++kh) {
                 const float* row = x + (oh * SH - top + kh * DH) * W;
                 for (int64_t kw = 0; kw < KW; ++kw) {
-                    const int64_t iw0 = base + kw * DW;
-                    __m512 v;
-                    if constexpr (kStride == 1) {
-                        v = interior ? _mm512_loadu_ps(row + iw0)
-                                     : _mm512_maskz_loadu_ps(lanes_inside(iw0, 0, W), row + iw0);
-                    } else {
-                        __m512 lo, hi;
-                        if (interior) {
-                            lo = _mm512_loadu_ps(row + iw0);
-                            hi = _mm512_loadu_ps(row + iw0 + 16);
-                        } else {
-                            lo = _mm512_maskz_loadu_ps(lanes_inside(iw0, 0, W), row + iw0);
-                            hi = _mm512_maskz_loadu_ps(lanes_inside(iw0 + 16, 0, W), row + iw0 + 16);
-                        }
-                        v = _mm512_permutex2var_ps(lo, even, hi);
-                    }
+                    const __m512 v = window_columns<kStride>(row, base + kw * DW, W, interior, zero);
                     const int64_t t = kh * KW + kw;
                     acc = _mm512_fmadd_ps(hoisted ? weights[t] : _mm512_set1_ps(w[t]), v, acc);
                 }
@@ -128,7 +130,6 @@ __attribute__((target("avx512f"))) void max_plane(const WindowGeometry& g, const
     const int64_t H = g.input[0], W = g.input[1], OH = g.output[0], OW = g.output[1];
     const int64_t KH = g.kernel[0], KW = g.kernel[1], SH = g.strides[0], DH = g.dilations[0], DW = g.dilations[1];
     const int64_t top = g.pads_begin[0], left = g.pads_begin[1];
-    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     const __m512 lowest = _mm512_set1_ps(std::numeric_limits<float>::lowest());
     const int64_t reach = (KW - 1) * DW + 16 * kStride;
     for (int64_t oh = 0; oh < OH; ++oh) {
@@ -140,22 +141,7 @@ __attribute__((target("avx512f"))) void max_plane(const WindowGeometry& g, const
             for (int64_t kh = kh_first; kh < kh_last; ++kh) {
                 const float* row = x + (oh * SH - top + kh * DH) * W;
                 for (int64_t kw = 0; kw < KW; ++kw) {
-                    const int64_t iw0 = base + kw * DW;
-                    __m512 v;
-                    if constexpr (kStride == 1) {
-                        v = interior ? _mm512_loadu_ps(row + iw0)
-                                     : _mm512_mask_loadu_ps(lowest, lanes_inside(iw0, 0, W), row + iw0);
-                    } else {
-                        __m512 lo, hi;
-                        if (interior) {
-                            lo = _mm512_loadu_ps(row + iw0);
-                            hi = _mm512_loadu_ps(row + iw0 + 16);
-                        } else {
-                            lo = _mm512_mask_loadu_ps(lowest, lanes_inside(iw0, 0, W), row + iw0);
-                            hi = _mm512_mask_loadu_ps(lowest, lanes_inside(iw0 + 16, 0, W), row + iw0 + 16);
-                        }
-                        v = _mm512_permutex2var_ps(lo, even, hi);
-                    }
+                    const __m512 v = window_columns<kStride>(row, base + kw * DW, W, interior, lowest);
                     acc = _mm512_max_ps(acc, v);
                 }
             }
