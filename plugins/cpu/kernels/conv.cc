@@ -22,6 +22,7 @@
 #include "util/float16_compute.h"
 #include "util/gemm.h"
 #include "util/im2col.h"
+#include "util/thread_scratch.h"
 #include "util/type_list.h"
 
 namespace tessera::cpu {
@@ -30,13 +31,10 @@ namespace {
 
 // A buffer of one convolution call (phase planes, cropped grid, column matrix), kept on the calling thread for the
 // next call: a new allocation of a few hundred kilobytes is a new mapping, whose page faults cost ~8% of a
-// ResNet's run.  Slots keep one call's buffers apart; the tasks' own scratch (thread_scratch) is separate.
+// ResNet's run.  Slots 1.. keep one call's buffers apart from each other and from the tasks' slot 0.
 template <typename T, int kSlot>
 T* call_buffer(int64_t count) {
-    thread_local std::vector<T> buffer;
-    if (buffer.size() < static_cast<size_t>(std::max<int64_t>(count, 1)))
-        buffer.resize(static_cast<size_t>(std::max<int64_t>(count, 1)));
-    return buffer.data();
+    return thread_scratch_buffer<T, kSlot + 1>(count);
 }
 
 std::string dims_string(const std::vector<int64_t>& v) { return shape_string(v); }
@@ -49,14 +47,6 @@ std::optional<OwnedTensor> computable_constant(const NodeInfo& info, size_t inde
     std::optional<OwnedTensor> copy = copy_constant_input(info, index);
     if (copy && is_16bit_float(copy->tensor().type)) return OwnedTensor(WidenedTensor(copy->tensor()).tensor());
     return copy;
-}
-
-// A per-thread scratch buffer of at least `count` elements, reused across calls (tasks on one thread never nest).
-template <typename T>
-T* thread_scratch(int64_t count) {
-    thread_local std::vector<T> scratch;
-    if (scratch.size() < static_cast<size_t>(count)) scratch.resize(static_cast<size_t>(count));
-    return scratch.data();
 }
 
 // What Conv and ConvTranspose share: attributes, and weights/bias copied at creation when they are constants.
@@ -231,7 +221,7 @@ void depthwise_conv2d(ThreadPool& pool, const WindowGeometry& g, const T* x, con
     const std::vector<int64_t> offsets = tap_offsets(plan, g, 1, phase_size);
     const int64_t plane_work = std::max<int64_t>(1, grid_size * taps * multiplier);
     pool.parallel_for(batch * in_channels, std::max<int64_t>(1, 65536 / plane_work), [&](int64_t first, int64_t last) {
-        T* phases = thread_scratch<T>(phase_size + plan.reach + grid_size);
+        T* phases = thread_scratch_buffer<T>(phase_size + plan.reach + grid_size);
         T* grid = phases + phase_size + plan.reach;
         std::fill(phases + phase_size, phases + phase_size + plan.reach, T(0));
         for (int64_t plane = first; plane < last; ++plane) {
@@ -443,7 +433,7 @@ private:
                 std::clamp<int64_t>((per_thread + width - 1) / width * width, width, std::max(kMaxTileWidth, width));
             const int64_t tiles = (out_size + tile - 1) / tile;
             pool.parallel_for(N * group_ * tiles, 1, [&](int64_t first, int64_t last) {
-                float* columns = thread_scratch<float>(depth * tile);
+                float* columns = thread_scratch_buffer<float>(depth * tile);
                 for (int64_t task = first; task < last; ++task) {
                     const int64_t t = task % tiles, image_group = task / tiles;
                     const int64_t n = image_group / group_, grp = image_group % group_;
@@ -586,7 +576,7 @@ private:
         const int64_t tiles = (out_size + tile - 1) / tile;
         check_gemm_dimensions(Mg, tile, depth);
         pool.parallel_for(N * group_ * tiles, 1, [&](int64_t first, int64_t last) {
-            T* columns = thread_scratch<T>(depth * tile);
+            T* columns = thread_scratch_buffer<T>(depth * tile);
             for (int64_t task = first; task < last; ++task) {
                 const int64_t t = task % tiles, image_group = task / tiles;
                 const int64_t n = image_group / group_, grp = image_group % group_;
