@@ -19,7 +19,7 @@ struct LoadedModel {
 
 // Supported ModelProto.ir_version range.
 constexpr int64_t kMinIrVersion = 3;
-constexpr int64_t kMaxIrVersion = 13;
+constexpr int64_t kMaxIrVersion = 14;
 
 // Reads a model file; external data is resolved inside the file's directory.
 LoadedModel load_model_file(const std::filesystem::path& path);

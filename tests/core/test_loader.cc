@@ -77,9 +77,9 @@ TEST(Loader, RejectsUnsupportedIrVersions) {
     auto b = relu_model();
     b.model.set_ir_version(2);
     EXPECT_NE(load_error(b.bytes()).find("IR version 2"), std::string::npos);
-    b.model.set_ir_version(14);
-    EXPECT_NE(load_error(b.bytes()).find("IR version 14"), std::string::npos);
-    for (int ir = 3; ir <= 13; ++ir) {
+    b.model.set_ir_version(15);
+    EXPECT_NE(load_error(b.bytes()).find("IR version 15"), std::string::npos);
+    for (int ir = 3; ir <= 14; ++ir) {
         b.model.set_ir_version(ir);
         EXPECT_EQ(load_error(b.bytes()), "") << "IR " << ir;
     }
