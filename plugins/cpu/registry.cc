@@ -15,6 +15,7 @@ void register_all_kernels(KernelRegistry& registry) {
     register_tensor_kernels(registry);
     register_sequence_kernels(registry);
     register_string_kernels(registry);
+    register_attention_kernels(registry);
     register_transformer_kernels(registry);
     register_control_flow_kernels(registry);
     register_rnn_kernels(registry);

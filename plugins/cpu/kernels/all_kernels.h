@@ -18,7 +18,8 @@ void register_shape_kernels(KernelRegistry& registry);          // kernels/shape
 void register_tensor_kernels(KernelRegistry& registry);         // kernels/tensor_ops.cc: Concat, Slice, Gather, ...
 void register_sequence_kernels(KernelRegistry& registry);       // kernels/sequence.cc
 void register_string_kernels(KernelRegistry& registry);         // kernels/string_ops.cc
-void register_transformer_kernels(KernelRegistry& registry);    // kernels/transformer.cc: Attention, RoPE, RMSNorm, ...
+void register_attention_kernels(KernelRegistry& registry);      // kernels/attention.cc: Attention, FlexAttention
+void register_transformer_kernels(KernelRegistry& registry);    // kernels/transformer.cc: RoPE, RMSNorm, ...
 
 void register_control_flow_kernels(KernelRegistry& registry);  // kernels/control_flow.cc: If, Loop, Scan, SequenceMap
 void register_rnn_kernels(KernelRegistry& registry);           // kernels/rnn.cc: RNN, GRU, LSTM

@@ -19,6 +19,22 @@
 
 namespace tessera::cpu {
 
+// Calls fn.template operator()<C>() with the compute type: double when `use_double`, else float.
+template <typename Fn> void with_float_or_double(bool use_double, Fn&& fn) {
+    if (use_double)
+        fn.template operator()<double>();
+    else
+        fn.template operator()<float>();
+}
+
+// Rounds a float the way storing it into a tensor of `type` would; for kernels that reproduce the roundings of a
+// definition that computes in a 16-bit type.
+inline float round_to_type(int32_t type, float v) {
+    if (type == TESS_ELEMENT_FLOAT16) return fp::half_to_float(fp::float_to_half(v));
+    if (type == TESS_ELEMENT_BFLOAT16) return fp::bfloat16_to_float(fp::float_to_bfloat16(v));
+    return v;
+}
+
 // Converts `count` elements between two value types, in parallel blocks for large tensors.
 inline void convert_elements(ThreadPool& pool, int32_t src_type, const void* src, int32_t dst_type, void* dst,
                              int64_t count) {
