@@ -2,6 +2,7 @@
 #include "onnx_io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -301,11 +302,41 @@ std::string compare_tensors(ValueView actual, ValueView expected, const Toleranc
 
 // ---- Files and models --------------------------------------------------------------------------------------
 
+namespace {
+
+// Opens a file that must be a regular one.  O_NONBLOCK keeps a FIFO from blocking the open; the check is made on the
+// opened descriptor, so the file cannot be swapped between check and read.  Returns the descriptor and its size.
+std::pair<int, size_t> open_regular_file(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        const int error = errno;
+        fail(error == ENOENT ? TESS_STATUS_NOT_FOUND : TESS_STATUS_INVALID_ARGUMENT,
+             "cannot read " + quoted(path) + ": " + std::strerror(error));
+    }
+    struct stat info {};
+    if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+        ::close(fd);
+        fail(TESS_STATUS_INVALID_ARGUMENT,
+             quoted(path) + (S_ISDIR(info.st_mode) ? " is a directory, not a file" : " is not a regular file"));
+    }
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return {fd, static_cast<size_t>(info.st_size)};
+}
+
+}  // namespace
+
 std::string read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail(TESS_STATUS_NOT_FOUND, "cannot read " + quoted(path) + ": " + std::strerror(errno));
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) fail(TESS_STATUS_NOT_FOUND, "cannot read " + quoted(path));
+    const auto [fd, size] = open_regular_file(path);
+    std::string bytes(size, '\0');
+    size_t done = 0;
+    while (done < size) {
+        const ssize_t n = ::read(fd, bytes.data() + done, size - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        done += static_cast<size_t>(n);
+    }
+    ::close(fd);
+    if (done != size) fail(TESS_STATUS_RUNTIME_ERROR, "cannot read " + quoted(path) + ": it changed while being read");
     return bytes;
 }
 
@@ -388,8 +419,7 @@ onnx::ModelProto parse_model_interface(const void* data, size_t size) {
 }
 
 onnx::ModelProto load_model_interface(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail(TESS_STATUS_NOT_FOUND, "cannot read " + quoted(path) + ": " + std::strerror(errno));
+    const int fd = open_regular_file(path).first;
     google::protobuf::io::FileInputStream file(fd);
     file.SetCloseOnDelete(true);
     try {

@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -250,19 +252,25 @@ LoadedModel load_model_bytes(const void* data, size_t size, std::optional<fs::pa
 }
 
 LoadedModel load_model_file(const fs::path& path) {
-    std::error_code ec;
-    if (!fs::is_regular_file(path, ec)) fail(TESS_STATUS_NOT_FOUND, "model file '{}' not found", path.string());
     fs::path dir = path.parent_path();
     if (dir.empty()) dir = ".";
+    // O_NONBLOCK: opening a FIFO must not wait for a writer.  The type is checked on the opened descriptor, so the
+    // file cannot be swapped between the check and the read.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        const int error = errno;
+        if (error == ENOENT) fail(TESS_STATUS_NOT_FOUND, "model file '{}' not found", path.string());
+        fail(TESS_STATUS_INVALID_ARGUMENT, "cannot open model file '{}': {}", path.string(), std::strerror(error));
+    }
+    google::protobuf::io::FileInputStream stream(fd);
+    stream.SetCloseOnDelete(true);
+    struct stat info {};
+    if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode))
+        fail(TESS_STATUS_INVALID_ARGUMENT, "model file '{}' {}", path.string(),
+             S_ISDIR(info.st_mode) ? "is a directory" : "is not a regular file");
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     try {
         // Parsed straight from the file, so that the model's bytes are not held twice (file image and message).
-        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) fail(TESS_STATUS_NOT_FOUND, "cannot open model file '{}'", path.string());
-        google::protobuf::io::FileInputStream stream(fd);
-        stream.SetCloseOnDelete(true);
-        struct stat info {};
-        if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode))
-            fail(TESS_STATUS_NOT_FOUND, "model file '{}' is not a regular file", path.string());
         if (info.st_size == 0) fail(TESS_STATUS_INVALID_ARGUMENT, "the model is empty");
         if (info.st_size > std::numeric_limits<int>::max())
             fail(TESS_STATUS_INVALID_MODEL, "the model is larger than 2 GiB; store its weights as external data");

@@ -1,5 +1,7 @@
 #include "session/session.h"
 
+#include <algorithm>
+
 #include <set>
 #include <thread>
 
@@ -413,13 +415,34 @@ std::vector<ValuePtr> Session::run(const std::vector<std::string>& input_names,
             fail(TESS_STATUS_INVALID_ARGUMENT, "input '{}' is missing", inputs_[k].name);
 
     std::vector<size_t> output_ids;
+    std::vector<const IoInfo*> output_infos;
     const auto& wanted = output_names.empty() ? graph_.outputs : output_names;
     for (const auto& name : wanted) {
         if (!graph_.is_graph_output(name))
             fail(TESS_STATUS_INVALID_ARGUMENT, "the model has no output named '{}'", name);
         output_ids.push_back(executor_->value_id(name));
+        output_infos.push_back(&*std::find_if(outputs_.begin(), outputs_.end(),
+                                              [&](const IoInfo& info) { return info.name == name; }));
     }
-    return executor_->run(feeds, output_ids, profiler_ && profiler_->active() ? profiler_.get() : nullptr);
+    auto results = executor_->run(feeds, output_ids, profiler_ && profiler_->active() ? profiler_.get() : nullptr);
+    for (size_t i = 0; i < results.size(); ++i)
+        if (results[i]) check_output(*output_infos[i], *results[i]);
+    return results;
+}
+
+// A value that contradicts the model's declared output type is a fault in the model (an If whose branches disagree,
+// a custom operator that lies about its types): report it rather than hand the caller a mislabelled value.  Shapes
+// are not checked, as exporters often declare static shapes that the model does not keep.
+void Session::check_output(const IoInfo& info, const TessValue& value) const {
+    const TypeInfo& declared = info.type;
+    if (declared.kind != TESS_VALUE_UNKNOWN && value.kind != declared.kind)
+        fail(TESS_STATUS_RUNTIME_ERROR, "output '{}' is declared a {} but the model produced {}", info.name,
+             declared.kind == TESS_VALUE_TENSOR ? "tensor" : declared.kind == TESS_VALUE_SEQUENCE ? "sequence" : "optional",
+             describe_type(value));
+    if (value.kind == TESS_VALUE_TENSOR && declared.element_type != TESS_ELEMENT_UNDEFINED &&
+        value.element_type != declared.element_type)
+        fail(TESS_STATUS_RUNTIME_ERROR, "output '{}' is declared {} but the model produced {}", info.name,
+             element_type_name(declared.element_type), element_type_name(value.element_type));
 }
 
 }  // namespace tessera

@@ -67,6 +67,7 @@ private:
     std::unordered_map<std::string, size_t> count_constant_readers() const;
     void compile(const TessSessionOptions& options);
     void check_input(const IoInfo& info, const TessValue& value) const;
+    void check_output(const IoInfo& info, const TessValue& value) const;
     void infer_custom_op_types();
     void start_profiling(const TessSessionOptions& options, int64_t load_start_ns);
     int64_t profile_phase(const char* name, int64_t start_ns, const std::string& args_json);

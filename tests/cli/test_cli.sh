@@ -29,10 +29,10 @@ case_dir="$data/simple/test_single_relu_model"
 check "run with --inputs/--outputs" "$tessera" run "$case_dir/model.onnx" --inputs "$case_dir/test_data_set_0" --outputs "$work/out"
 check "outputs written" test -s "$work/out/output_0.pb"
 
-# Bad input: one line on stderr, exit status 1.
+# Bad input: one line on stderr, exit status 1.  $bad_prefix (e.g. "timeout 20") wraps the command.
 bad() {  # bad NAME ARGS... : must exit non-zero ($want_status when set) with exactly one 'tessera: error:' line
   local name=$1; shift
-  "$tessera" "$@" > /dev/null 2> "$work/err.txt"; local status=$?
+  ${bad_prefix:-} "$tessera" "$@" > /dev/null 2> "$work/err.txt"; local status=$?
   local lines; lines=$(grep -c "^tessera: error:" "$work/err.txt")
   if [ $status -ne 0 ] && [ $status -eq "${want_status:-$status}" ] && [ "$lines" -eq 1 ] &&
      [ "$(wc -l < "$work/err.txt")" -eq 1 ]; then
@@ -42,6 +42,19 @@ bad() {  # bad NAME ARGS... : must exit non-zero ($want_status when set) with ex
   fi
 }
 bad "missing model file" run "$work/absent.onnx"
+# Files that are not regular: a directory, a FIFO (must not block), a device that never ends.
+bad "model is a directory" run "$work"
+check "directory named as such" grep -q "is a directory" "$work/err.txt"
+bad "inspect of a directory" inspect "$work"
+check "inspect names the directory" grep -q "is a directory" "$work/err.txt"
+mkfifo "$work/model.fifo"
+bad_prefix="timeout 20" bad "model is a FIFO" run "$work/model.fifo"
+check "FIFO named as not regular" grep -q "is not a regular file" "$work/err.txt"
+bad_prefix="timeout 20" bad "model is /dev/zero" run /dev/zero
+mkdir -p "$work/endless"
+ln -s /dev/zero "$work/endless/input_0.pb"
+bad_prefix="timeout 20" bad "input linked to /dev/zero" run "$case_dir/model.onnx" --inputs "$work/endless"
+check "endless input named as not regular" grep -q "is not a regular file" "$work/err.txt"
 mkdir -p "$work/empty"
 bad "missing input file" run "$case_dir/model.onnx" --inputs "$work/empty"
 mkdir -p "$work/wrong_type"

@@ -1,5 +1,7 @@
 // Model loading: valid models, malformed ones (each error names the node or value and the problem), external data
 // confined to the model's directory, initializer encodings and overridable inputs.
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -202,6 +204,24 @@ TEST(Loader, LoadsFromFileAndReportsMissingFiles) {
         FAIL() << "expected an error";
     } catch (const Error& e) {
         EXPECT_EQ(e.code(), TESS_STATUS_NOT_FOUND);
+    }
+}
+
+// A directory, a FIFO (which must not block the open) and an endless device are refused as not being model files.
+TEST(Loader, RefusesFilesThatAreNotRegular) {
+    TempDir dir;
+    ASSERT_EQ(::mkfifo((dir.path / "fifo.onnx").c_str(), 0600), 0);
+    const std::pair<std::filesystem::path, const char*> cases[] = {
+        {dir.path, "is a directory"}, {dir.path / "fifo.onnx", "is not a regular file"},
+        {"/dev/zero", "is not a regular file"}};
+    for (const auto& [path, why] : cases) {
+        try {
+            tessera::load_model_file(path);
+            ADD_FAILURE() << "expected an error for " << path;
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code(), TESS_STATUS_INVALID_ARGUMENT) << path;
+            EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+        }
     }
 }
 

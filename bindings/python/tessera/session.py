@@ -319,6 +319,10 @@ class InferenceSession:
         if not isinstance(input_feed, Mapping):
             raise InvalidArgument(f"input_feed must be a dict of name -> value, not {type(input_feed).__name__}")
         output_names = list(output_names) if output_names else [arg.name for arg in self._outputs]
+        for what, names in (("input_feed key", input_feed), ("output name", output_names)):
+            for name in names:
+                if not isinstance(name, str):
+                    raise InvalidArgument(f"every {what} must be a str, not {type(name).__name__} ({name!r})")
         keep: list = []  # arrays that input tensors point into, alive until the values are released
         handles: list[int] = []
         try:

@@ -730,7 +730,10 @@ public:
         Shape shape(rank), view_shape, view_strides;
         for (size_t d = 0; d < rank; ++d) {
             if (repeats[d] < 0) throw KernelError("Tile: repeats must not be negative");
-            shape[d] = input.shape[d] * repeats[d];
+            if (__builtin_mul_overflow(input.shape[d], repeats[d], &shape[d]))
+                throw KernelError("dimension " + std::to_string(d) + " of the output (" +
+                                  std::to_string(input.shape[d]) + " x " + std::to_string(repeats[d]) +
+                                  ") does not fit in 64 bits");
             view_shape.insert(view_shape.end(), {repeats[d], input.shape[d]});
             view_strides.insert(view_strides.end(), {0, strides[d]});
         }

@@ -1,0 +1,57 @@
+"""Hostile or careless inputs cost one clear error and leave the session usable (issue: robustness)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from model_factory import make_model, tensor, unary_model
+from onnx import TensorProto, helper
+
+import tessera
+
+
+def branch(name: str, value: np.ndarray):
+    """A subgraph that outputs a constant."""
+    const = helper.make_node("Constant", [], [f"{name}_out"],
+                             value=helper.make_tensor(f"{name}_v", helper.np_dtype_to_tensor_dtype(value.dtype),
+                                                      value.shape, value.flatten().tolist()))
+    return helper.make_graph([const], name, [], [helper.make_tensor_value_info(f"{name}_out", TensorProto.UNDEFINED,
+                                                                                None)])
+
+
+def test_an_output_of_another_type_than_declared_is_an_error():
+    # The else branch yields int64 although the graph declares a float output: the onnx checker rejects such a
+    # model, and a runtime must not hand back a mislabelled value.
+    node = helper.make_node("If", ["c"], ["y"], then_branch=branch("then", np.array([1.5], np.float32)),
+                            else_branch=branch("else", np.array([7], np.int64)))
+    session = tessera.InferenceSession(make_model([node], [tensor("c", TensorProto.BOOL, [])],
+                                                  [tensor("y", TensorProto.FLOAT, None)]))
+    (y,) = session.run(None, {"c": np.array(True)})
+    assert y.dtype == np.float32 and y.tolist() == [1.5]
+    with pytest.raises(tessera.TesseraError, match="output 'y' is declared float but the model produced int64"):
+        session.run(None, {"c": np.array(False)})
+    (y,) = session.run(None, {"c": np.array(True)})  # still usable
+    assert y.tolist() == [1.5]
+
+
+@pytest.mark.parametrize("feed_key", [1, None, b"x"])
+def test_a_feed_key_that_is_not_a_string_is_an_invalid_argument(feed_key):
+    session = tessera.InferenceSession(unary_model("Relu", shape=[2]))
+    with pytest.raises(tessera.InvalidArgument, match="input_feed key must be a str"):
+        session.run(None, {feed_key: np.zeros(2, np.float32)})
+    with pytest.raises(tessera.InvalidArgument, match="output name must be a str"):
+        session.run([0], {"x": np.zeros(2, np.float32)})
+    (y,) = session.run(None, {"x": np.array([-1, 2], np.float32)})
+    assert y.tolist() == [0, 2]
+
+
+def test_tile_whose_output_overflows_names_the_dimension():
+    node = helper.make_node("Tile", ["x", "r"], ["y"])
+    session = tessera.InferenceSession(make_model([node], [tensor("x", shape=[2]), tensor("r", TensorProto.INT64, [1])],
+                                                  [tensor("y")]))
+    x = np.array([1, 2], np.float32)
+    with pytest.raises(tessera.TesseraError, match=r"dimension 0 of the output \(2 x 9223372036854775807\) does not "
+                                                   r"fit in 64 bits"):
+        session.run(None, {"x": x, "r": np.array([2**63 - 1], np.int64)})
+    (y,) = session.run(None, {"x": x, "r": np.array([2], np.int64)})
+    assert y.tolist() == [1, 2, 1, 2]
