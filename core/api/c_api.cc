@@ -1,4 +1,6 @@
 // The consumer API: status, environment, options, sessions.  Every body catches everything.
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -331,9 +333,50 @@ TESS_EXPORT TessStatus* tess_session_partition_info(const TessSession* s, size_t
     });
 }
 
+struct TessRunOptions {
+    std::atomic<bool> terminate{false};
+    int64_t timeout_ms = 0;
+};
+
+TESS_EXPORT TessStatus* tess_run_options_create(TessRunOptions** out) {
+    return guarded([&] {
+        require(out, "out");
+        *out = new TessRunOptions;
+    });
+}
+
+TESS_EXPORT void tess_run_options_release(TessRunOptions* options) { delete options; }
+
+TESS_EXPORT TessStatus* tess_run_options_set_terminate(TessRunOptions* options, int32_t terminate) {
+    return guarded([&] {
+        require(options, "run options");
+        options->terminate.store(terminate != 0);
+    });
+}
+
+TESS_EXPORT int32_t tess_run_options_get_terminate(const TessRunOptions* options) {
+    return options != nullptr && options->terminate.load() ? 1 : 0;
+}
+
+TESS_EXPORT TessStatus* tess_run_options_set_timeout_ms(TessRunOptions* options, int64_t timeout_ms) {
+    return guarded([&] {
+        require(options, "run options");
+        if (timeout_ms < 0) fail(TESS_STATUS_INVALID_ARGUMENT, "timeout {} ms is negative", timeout_ms);
+        options->timeout_ms = timeout_ms;
+    });
+}
+
 TESS_EXPORT TessStatus* tess_session_run(TessSession* session, const char* const* input_names,
                                          const TessValue* const* inputs, size_t input_count,
                                          const char* const* output_names, size_t output_count, TessValue** outputs) {
+    return tess_session_run_with_options(session, nullptr, input_names, inputs, input_count, output_names,
+                                         output_count, outputs);
+}
+
+TESS_EXPORT TessStatus* tess_session_run_with_options(TessSession* session, const TessRunOptions* run_options,
+                                                      const char* const* input_names, const TessValue* const* inputs,
+                                                      size_t input_count, const char* const* output_names,
+                                                      size_t output_count, TessValue** outputs) {
     return guarded([&] {
         require(session, "session");
         if (input_count > 0) {
@@ -357,7 +400,15 @@ TESS_EXPORT TessStatus* tess_session_run(TessSession* session, const char* const
             fail(TESS_STATUS_INVALID_ARGUMENT, "output_names is NULL, so output_count must be {} (all outputs)",
                  session->impl->outputs().size());
         }
-        auto results = session->impl->run(in_names, in_values, out_names);
+        RunControl control;
+        if (run_options != nullptr) {
+            control.terminate = &run_options->terminate;
+            control.timeout_ms = run_options->timeout_ms;
+            if (run_options->timeout_ms > 0)
+                control.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(run_options->timeout_ms);
+            control.check();
+        }
+        auto results = session->impl->run(in_names, in_values, out_names, run_options ? &control : nullptr);
         for (size_t i = 0; i < results.size() && i < output_count; ++i) outputs[i] = results[i].release();
     });
 }

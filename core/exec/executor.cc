@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "exec/profiler.h"
+#include "exec/run_control.h"
 #include "plugins/contexts.h"
 
 namespace tessera {
@@ -111,8 +112,15 @@ const ProviderInstance* Executor::memory_owner(const ProviderInstance& instance)
     return memory_owner_of(partitions_, instance);
 }
 
+void RunControl::check() const {
+    if (terminate != nullptr && terminate->load(std::memory_order_relaxed))
+        fail(TESS_STATUS_CANCELLED, "the run was terminated (TessRunOptions)");
+    if (should_stop()) fail(TESS_STATUS_CANCELLED, "the run took longer than its {} ms timeout", timeout_ms);
+}
+
 std::vector<ValuePtr> Executor::run(const std::vector<std::pair<size_t, const TessValue*>>& inputs,
-                                    const std::vector<size_t>& output_ids, Profiler* profiler) const {
+                                    const std::vector<size_t>& output_ids, Profiler* profiler,
+                                    const RunControl* control) const {
     const int64_t run_start = profiler != nullptr ? Profiler::now_ns() : 0;
     const int64_t run_index = profiler != nullptr ? profiler->begin_run() : -1;
     // Per-run state lives on this stack frame: concurrent runs share nothing mutable.
@@ -127,6 +135,7 @@ std::vector<ValuePtr> Executor::run(const std::vector<std::pair<size_t, const Te
     std::map<std::pair<size_t, const ProviderInstance*>, ValuePtr> copies;
     for (size_t p = 0; p < partitions_.size(); ++p) {
         const CompiledPartition& part = partitions_[p];
+        if (control != nullptr) control->check();
         args.clear();
         for (size_t i = 0; i < part.input_ids.size(); ++i) {
             const TessValue* value = slots[part.input_ids[i]];
@@ -147,6 +156,7 @@ std::vector<ValuePtr> Executor::run(const std::vector<std::pair<size_t, const Te
         ctx.input_count = args.size();
         ctx.outputs = &results;
         ctx.instance = part.instance;
+        ctx.control = control;
         ComputeProfile profile{profiler, run_index, p, &part.instance->provider().name};
         const int64_t compute_start = profiler != nullptr ? Profiler::now_ns() : 0;
         if (profiler != nullptr) ctx.profile = &profile;

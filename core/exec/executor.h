@@ -11,6 +11,7 @@
 namespace tessera {
 
 class Profiler;
+struct RunControl;
 
 struct CompiledPartition {
     ProviderInstance* instance = nullptr;  // owned by the session
@@ -43,7 +44,8 @@ public:
     // Runs with inputs by value id; returns the requested outputs as host values owned by the caller.  With a
     // profiler, the run, each partition's compute call and the nodes its provider reports are recorded there.
     std::vector<ValuePtr> run(const std::vector<std::pair<size_t, const TessValue*>>& inputs,
-                              const std::vector<size_t>& output_ids, Profiler* profiler = nullptr) const;
+                              const std::vector<size_t>& output_ids, Profiler* profiler = nullptr,
+                              const RunControl* control = nullptr) const;
 
     size_t value_id(const std::string& name) const;  // SIZE_MAX when unknown
     const std::vector<CompiledPartition>& partitions() const { return partitions_; }

@@ -11,6 +11,7 @@
 
 namespace tessera { class ProviderInstance; }
 namespace tessera { struct ComputeProfile; }  // exec/profiler.h
+namespace tessera { struct RunControl; }      // exec/run_control.h
 
 struct TessCapabilityContext {
     std::vector<size_t> claimed;                          // node indices, in call order
@@ -48,4 +49,5 @@ struct TessComputeContext {
     std::vector<tessera::ValuePtr>* outputs = nullptr;   // sized by the caller
     tessera::ProviderInstance* instance = nullptr;        // allocates outputs
     const tessera::ComputeProfile* profile = nullptr;     // the run's profiler; NULL when the run is not profiled
+    const tessera::RunControl* control = nullptr;         // the run's terminate flag and deadline; NULL: none
 };

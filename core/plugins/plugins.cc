@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "exec/profiler.h"
+#include "exec/run_control.h"
 #include "plugins/contexts.h"
 
 namespace fs = std::filesystem;
@@ -133,6 +134,14 @@ void host_compute_profile_node(TessComputeContext* ctx, const char* node_name, c
     }
 }
 
+int32_t host_compute_should_stop(const TessComputeContext* ctx) {
+    try {
+        return ctx != nullptr && ctx->control != nullptr && ctx->control->should_stop() ? 1 : 0;
+    } catch (...) {
+        return 0;
+    }
+}
+
 }  // namespace
 
 }  // namespace tessera
@@ -207,6 +216,7 @@ const TessHostApi& host_api() {
         a.compile_release_constant = host_compile_release_constant;
         a.compute_profiling = host_compute_profiling;
         a.compute_profile_node = host_compute_profile_node;
+        a.compute_should_stop = host_compute_should_stop;
         return a;
     }();
     return api;

@@ -391,7 +391,7 @@ void Session::check_input(const IoInfo& info, const TessValue& value) const {
 
 std::vector<ValuePtr> Session::run(const std::vector<std::string>& input_names,
                                    const std::vector<const TessValue*>& inputs,
-                                   const std::vector<std::string>& output_names) const {
+                                   const std::vector<std::string>& output_names, const RunControl* control) const {
     std::vector<std::pair<size_t, const TessValue*>> feeds;
     std::vector<bool> fed(inputs_.size(), false);
     for (size_t i = 0; i < input_names.size(); ++i) {
@@ -424,7 +424,8 @@ std::vector<ValuePtr> Session::run(const std::vector<std::string>& input_names,
         output_infos.push_back(&*std::find_if(outputs_.begin(), outputs_.end(),
                                               [&](const IoInfo& info) { return info.name == name; }));
     }
-    auto results = executor_->run(feeds, output_ids, profiler_ && profiler_->active() ? profiler_.get() : nullptr);
+    auto results =
+        executor_->run(feeds, output_ids, profiler_ && profiler_->active() ? profiler_.get() : nullptr, control);
     for (size_t i = 0; i < results.size(); ++i)
         if (results[i]) check_output(*output_infos[i], *results[i]);
     return results;

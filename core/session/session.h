@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "exec/executor.h"
+#include "exec/run_control.h"
 #include "exec/profiler.h"
 #include "model/loader.h"
 #include "plugins/plugins.h"
@@ -49,8 +50,10 @@ public:
     Session(TessEnv& env, LoadedModel model, const TessSessionOptions& options, int64_t load_start_ns = 0);
     ~Session();
 
+    // `control` (may be NULL) can stop the run early with a CANCELLED error.
     std::vector<ValuePtr> run(const std::vector<std::string>& input_names, const std::vector<const TessValue*>& inputs,
-                              const std::vector<std::string>& output_names) const;
+                              const std::vector<std::string>& output_names,
+                              const RunControl* control = nullptr) const;
 
     const std::vector<IoInfo>& inputs() const { return inputs_; }
     const std::vector<IoInfo>& outputs() const { return outputs_; }

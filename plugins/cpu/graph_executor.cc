@@ -453,8 +453,24 @@ void CompiledGraph::drop_released_constants() {
     }
 }
 
+namespace {
+thread_local const TessComputeContext* t_current_run = nullptr;
+}  // namespace
+
+RunScope::RunScope(const TessComputeContext* context) : previous_(t_current_run) { t_current_run = context; }
+RunScope::~RunScope() { t_current_run = previous_; }
+
+void check_run_stop() {
+    if (t_current_run == nullptr) return;
+    const TessHostApi& h = host();
+    if (TESS_HAS_FIELD(&h, TessHostApi, compute_should_stop) && h.compute_should_stop != nullptr &&
+        h.compute_should_stop(t_current_run) != 0)
+        throw RunStopped();
+}
+
 void CompiledGraph::run(const std::vector<Binding>& inputs, OutputSink& outputs, ThreadPool& pool,
                         TessComputeContext* profile) const {
+    check_run_stop();  // also once per iteration of a Loop or Scan body, even one without nodes
     if (inputs.size() != input_count_ + outer_names_.size())
         throw KernelError("graph run with " + std::to_string(inputs.size()) + " inputs, expected " +
                           std::to_string(input_count_ + outer_names_.size()));
@@ -494,6 +510,7 @@ void CompiledGraph::run(const std::vector<Binding>& inputs, OutputSink& outputs,
 
     for (size_t s = 0; s < steps_.size(); ++s) {
         const Step& step = steps_[s];
+        if (s > 0) check_run_stop();
         StepContext ctx(*this, step, static_cast<int>(s), *ws, outputs, pool, plan.get());
         try {
             if (profile == nullptr) step.kernel->compute(ctx);

@@ -58,6 +58,22 @@ private:
     std::vector<TessValue*> values_;
 };
 
+// Marks the core compute call this thread is serving, so that graph runs on it (subgraph bodies included) can see
+// whether the run must stop.  Set by the plugin's compute entry for the duration of the call.
+class RunScope {
+public:
+    explicit RunScope(const TessComputeContext* context);
+    ~RunScope();
+    RunScope(const RunScope&) = delete;
+    RunScope& operator=(const RunScope&) = delete;
+
+private:
+    const TessComputeContext* previous_;
+};
+
+// Throws RunStopped when the run this thread serves was terminated or passed its deadline.
+void check_run_stop();
+
 class CompiledGraph {
 public:
     CompiledGraph(const TessGraphView& view, const KernelSource& source);

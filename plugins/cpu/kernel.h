@@ -32,6 +32,12 @@ struct KernelError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// Thrown when the run was terminated or passed its deadline (TessHostApi::compute_should_stop); becomes a
+// TESS_STATUS_CANCELLED status.  Not a KernelError, so that no kernel wraps or swallows it.
+struct RunStopped : std::runtime_error {
+    RunStopped() : std::runtime_error("the run was stopped: terminated, or past its deadline") {}
+};
+
 // A tensor as kernels see it: a non-owning view.  String tensors (TESS_ELEMENT_STRING) have no data pointer; they
 // are read and written through `value` with the string helpers in the context.
 struct Tensor {

@@ -34,6 +34,8 @@ template <typename Fn> TessStatus* guarded(Fn&& fn) noexcept {
         return host().status_create(TESS_STATUS_OUT_OF_MEMORY, "cpu: out of memory");
     } catch (const KernelError& e) {
         return host().status_create(TESS_STATUS_RUNTIME_ERROR, e.what());
+    } catch (const RunStopped& e) {
+        return host().status_create(TESS_STATUS_CANCELLED, e.what());
     } catch (const std::exception& e) {
         return host().status_create(TESS_STATUS_INTERNAL, e.what());
     } catch (...) {
@@ -132,6 +134,7 @@ TessStatus* compute(TessCompiled* compiled, TessComputeContext* context) {
         std::vector<Binding> inputs(host().compute_input_count(context));
         for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = bind_value(host().compute_input(context, i));
         CoreOutputs outputs(context);
+        const RunScope run(context);
         compiled->graph->run(inputs, outputs, *compiled->pool, profiled(context) ? context : nullptr);
     });
 }

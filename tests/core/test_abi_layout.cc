@@ -75,7 +75,8 @@ static_assert(offsetof(TessHostApi, shape_set_output) == 264);
 static_assert(offsetof(TessHostApi, compile_release_constant) == 272);
 static_assert(offsetof(TessHostApi, compute_profiling) == 280);
 static_assert(offsetof(TessHostApi, compute_profile_node) == 288);
-static_assert(sizeof(TessHostApi) == 296);
+static_assert(offsetof(TessHostApi, compute_should_stop) == 296);
+static_assert(sizeof(TessHostApi) == 304);
 
 static_assert(offsetof(TessProviderOptions, intra_op_threads) == 8);
 static_assert(offsetof(TessProviderOptions, custom_ops) == 48);

@@ -128,3 +128,36 @@ TEST(Session, ConcurrentRunsOnOneSessionAgree) {
     for (auto& th : threads) th.join();
     for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
 }
+
+// Run options through the C API: a terminated run fails at once with CANCELLED and leaves the session usable; the
+// stopping of long runs (a Loop of 2^40 iterations) is tested from Python (test_robustness.py).
+TEST(Session, TerminatedRunOptionsCancelARun) {
+    EnvPtr env = make_env(plugin_dir().string());
+    ModelBuilder b;
+    b.input("x", {2}).output("y", {2});
+    b.node("Relu", {"x"}, {"y"});
+    SessionPtr s = make_session(env.get(), b);
+    auto x = make_float_tensor({2}, {-1.0f, 2.0f});
+    const char* name = "x";
+    const TessValue* inputs[] = {x.get()};
+
+    TessRunOptions* options = nullptr;
+    TESS_ASSERT_OK(tess_run_options_create(&options));
+    std::unique_ptr<TessRunOptions, decltype(&tess_run_options_release)> owner(options, tess_run_options_release);
+    StatusPtr negative(tess_run_options_set_timeout_ms(options, -5));
+    EXPECT_EQ(tess_status_code(negative.get()), TESS_STATUS_INVALID_ARGUMENT);
+
+    TESS_ASSERT_OK(tess_run_options_set_terminate(options, 1));
+    EXPECT_EQ(tess_run_options_get_terminate(options), 1);
+    TessValue* out = nullptr;
+    StatusPtr cancelled(tess_session_run_with_options(s.get(), options, &name, inputs, 1, nullptr, 1, &out));
+    EXPECT_EQ(tess_status_code(cancelled.get()), TESS_STATUS_CANCELLED);
+    EXPECT_EQ(out, nullptr);
+
+    TESS_ASSERT_OK(tess_run_options_set_terminate(options, 0));
+    TESS_ASSERT_OK(tess_session_run_with_options(s.get(), options, &name, inputs, 1, nullptr, 1, &out));
+    ValuePtr y(out);
+    EXPECT_EQ(static_cast<const float*>(tess_tensor_const_data(y.get()))[1], 2.0f);
+    TESS_ASSERT_OK(tess_session_run_with_options(s.get(), nullptr, &name, inputs, 1, nullptr, 1, &out));
+    tess_value_release(out);
+}

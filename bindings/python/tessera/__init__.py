@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from . import _capi
 from ._values import live_output_values
-from .errors import (AbiMismatch, InternalError, InvalidArgument, InvalidModel, NotFound, NotImplemented,
+from .errors import (AbiMismatch, Cancelled, InternalError, InvalidArgument, InvalidModel, NotFound, NotImplemented,
                      OutOfMemory, RuntimeException, StatusCode, TesseraError, Unavailable)
-from .session import (Environment, InferenceSession, LogLevel, NodeArg, get_available_providers,
+from .session import (Environment, InferenceSession, LogLevel, NodeArg, RunOptions, get_available_providers,
                       get_default_environment, plugins)
 
 __version__ = "0.1.0"
@@ -43,6 +43,7 @@ __all__ = [
     "InferenceSession",
     "LogLevel",
     "NodeArg",
+    "RunOptions",
     "get_available_providers",
     "get_default_environment",
     "plugins",
@@ -58,4 +59,5 @@ __all__ = [
     "Unavailable",
     "AbiMismatch",
     "InternalError",
+    "Cancelled",
 ]

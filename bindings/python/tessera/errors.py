@@ -42,6 +42,7 @@ class StatusCode(enum.IntEnum):
     UNAVAILABLE = 7
     ABI_MISMATCH = 8
     INTERNAL = 9
+    CANCELLED = 10
 
 
 class TesseraError(Exception):
@@ -113,10 +114,16 @@ class InternalError(TesseraError):
     default_code = StatusCode.INTERNAL
 
 
+class Cancelled(TesseraError):
+    """A run was terminated (``RunOptions.terminate``) or took longer than its ``RunOptions.timeout_ms``."""
+
+    default_code = StatusCode.CANCELLED
+
+
 _BY_CODE: dict[int, type[TesseraError]] = {
     cls.default_code: cls
     for cls in (InvalidArgument, NotFound, InvalidModel, NotImplemented, OutOfMemory, RuntimeException, Unavailable,
-                AbiMismatch, InternalError)
+                AbiMismatch, InternalError, Cancelled)
 }
 
 

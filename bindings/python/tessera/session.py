@@ -181,6 +181,43 @@ def _provider_names(providers: Iterable[Any]) -> list[str]:
     return names
 
 
+class RunOptions:
+    """Options of a run, as onnxruntime's ``RunOptions``: set ``terminate = True`` from any thread to stop the runs
+    using these options (they raise :class:`tessera.Cancelled`, and later runs with them fail at once until it is
+    set back to False); ``timeout_ms`` > 0 stops a run that takes longer.  Runs stop between nodes (and between
+    iterations of Loop and Scan); the session stays usable.  ``log_severity_level``, ``log_verbosity_level`` and
+    ``logid`` are kept for onnxruntime code and not used."""
+
+    def __init__(self) -> None:
+        handle = Handle()
+        check(lib.tess_run_options_create(ctypes.byref(handle)))
+        self._handle = handle.value
+        self._timeout_ms = 0
+        self._finalizer = weakref.finalize(self, lib.tess_run_options_release, self._handle)
+        self.log_severity_level = 2
+        self.log_verbosity_level = 0
+        self.logid = ""
+
+    @property
+    def terminate(self) -> bool:
+        return bool(lib.tess_run_options_get_terminate(self._handle))
+
+    @terminate.setter
+    def terminate(self, value: bool) -> None:
+        check(lib.tess_run_options_set_terminate(self._handle, 1 if value else 0))
+
+    @property
+    def timeout_ms(self) -> int:
+        return self._timeout_ms
+
+    @timeout_ms.setter
+    def timeout_ms(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidArgument(f"timeout_ms must be an int, not {type(value).__name__}")
+        check(lib.tess_run_options_set_timeout_ms(self._handle, value))
+        self._timeout_ms = value
+
+
 class InferenceSession:
     """A loaded, optimized, partitioned and compiled model.
 
@@ -309,7 +346,7 @@ class InferenceSession:
         return names
 
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
-            run_options: Any = None) -> list[Any]:  # noqa: ARG002 - onnxruntime's signature
+            run_options: RunOptions | None = None) -> list[Any]:
         """Runs the model and returns the requested outputs (all of them when ``output_names`` is empty or None).
 
         Values of ``input_feed`` are numpy arrays (or anything ``numpy.asarray`` takes), lists of arrays for
@@ -318,6 +355,8 @@ class InferenceSession:
         """
         if not isinstance(input_feed, Mapping):
             raise InvalidArgument(f"input_feed must be a dict of name -> value, not {type(input_feed).__name__}")
+        if run_options is not None and not isinstance(run_options, RunOptions):
+            raise InvalidArgument(f"run_options must be a tessera.RunOptions, not {type(run_options).__name__}")
         output_names = list(output_names) if output_names else [arg.name for arg in self._outputs]
         for what, names in (("input_feed key", input_feed), ("output name", output_names)):
             for name in names:
@@ -334,8 +373,9 @@ class InferenceSession:
             in_values = (Handle * max(len(handles), 1))(*handles)
             out_names = c_strings(output_names)
             outputs = (Handle * max(len(output_names), 1))()
-            check(lib.tess_session_run(self._handle, in_names, in_values, len(handles), out_names, len(output_names),
-                                       outputs))
+            check(lib.tess_session_run_with_options(self._handle, run_options._handle if run_options else None,
+                                                    in_names, in_values, len(handles), out_names, len(output_names),
+                                                    outputs))
         finally:
             for handle in handles:  # before `keep` goes: the values point into its arrays
                 lib.tess_value_release(handle)

@@ -55,3 +55,59 @@ def test_tile_whose_output_overflows_names_the_dimension():
         session.run(None, {"x": x, "r": np.array([2**63 - 1], np.int64)})
     (y,) = session.run(None, {"x": x, "r": np.array([2], np.int64)})
     assert y.tolist() == [1, 2, 1, 2]
+
+
+def endless_loop_model():
+    """y = x + trip_count ones, by a Loop that adds 1 per iteration; trip_count is an input, so it can be 2**40."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc_in", "one"], ["acc_out"]), helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [tensor("i", TensorProto.INT64, []), tensor("cond_in", TensorProto.BOOL, []), tensor("acc_in", shape=[1])],
+        [tensor("cond_out", TensorProto.BOOL, []), tensor("acc_out", shape=[1])],
+        initializer=[helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])])
+    loop = helper.make_node("Loop", ["trips", "", "x"], ["y"], body=body)
+    return make_model([loop], [tensor("trips", TensorProto.INT64, []), tensor("x", shape=[1])],
+                      [tensor("y", shape=[1])])
+
+
+def test_a_run_past_its_timeout_is_cancelled_and_the_session_stays_usable():
+    import time
+    session = tessera.InferenceSession(endless_loop_model())
+    options = tessera.RunOptions()
+    options.timeout_ms = 200
+    start = time.monotonic()
+    with pytest.raises(tessera.Cancelled, match="stopped|timeout"):
+        session.run(None, {"trips": np.array(2**40), "x": np.zeros(1, np.float32)}, options)
+    assert time.monotonic() - start < 20
+    (y,) = session.run(None, {"trips": np.array(3), "x": np.zeros(1, np.float32)}, options)
+    assert y.tolist() == [3.0]
+
+
+def test_terminate_from_another_thread_stops_a_run():
+    import threading
+    import time
+    session = tessera.InferenceSession(endless_loop_model())
+    options = tessera.RunOptions()
+    timer = threading.Timer(0.2, lambda: setattr(options, "terminate", True))
+    timer.start()
+    start = time.monotonic()
+    with pytest.raises(tessera.Cancelled) as error:
+        session.run(None, {"trips": np.array(2**40), "x": np.zeros(1, np.float32)}, options)
+    timer.join()
+    assert error.value.code == tessera.StatusCode.CANCELLED
+    assert time.monotonic() - start < 20
+    # Still terminated: a new run with these options fails at once; cleared, it runs.
+    with pytest.raises(tessera.Cancelled, match="terminated"):
+        session.run(None, {"trips": np.array(1), "x": np.zeros(1, np.float32)}, options)
+    options.terminate = False
+    (y,) = session.run(None, {"trips": np.array(2), "x": np.ones(1, np.float32)}, options)
+    assert y.tolist() == [3.0]
+
+
+def test_run_options_check_their_arguments():
+    options = tessera.RunOptions()
+    with pytest.raises(tessera.InvalidArgument, match="negative"):
+        options.timeout_ms = -1
+    session = tessera.InferenceSession(unary_model("Relu", shape=[1]))
+    with pytest.raises(tessera.InvalidArgument, match="run_options must be a tessera.RunOptions"):
+        session.run(None, {"x": np.zeros(1, np.float32)}, {"terminate": True})

@@ -44,7 +44,8 @@ typedef enum TessStatusCode {
     TESS_STATUS_RUNTIME_ERROR = 6,    /* a kernel failed while running */
     TESS_STATUS_UNAVAILABLE = 7,      /* a provider or device is not usable on this machine */
     TESS_STATUS_ABI_MISMATCH = 8,     /* a plugin and the core share no ABI version */
-    TESS_STATUS_INTERNAL = 9          /* a bug in Tessera or a plugin */
+    TESS_STATUS_INTERNAL = 9,         /* a bug in Tessera or a plugin */
+    TESS_STATUS_CANCELLED = 10        /* a run was terminated or passed its deadline (TessRunOptions); since API 0.1 */
 } TessStatusCode;
 
 /* ---------------------------------------------------------------------------------------------------------------

@@ -213,6 +213,13 @@ typedef struct TessHostApi {
     int32_t (*compute_profiling)(const TessComputeContext* context);
     void (*compute_profile_node)(TessComputeContext* context, const char* node_name, const char* op_type,
                                  const char* input_shapes, int64_t start_ns, int64_t end_ns);
+
+    /* Nonzero once the run that `context` belongs to must stop: it was terminated from another thread or passed
+     * its deadline (TessRunOptions).  A provider that runs several nodes or a long loop (Loop, Scan) in one compute
+     * call checks it between them and then returns a status with TESS_STATUS_CANCELLED; the core also checks between
+     * compute calls.  Cheap (an atomic load and a clock read).  Thread-safe; only during compute.  Since ABI 1,
+     * API 0.1 (appended). */
+    int32_t (*compute_should_stop)(const TessComputeContext* context);
 } TessHostApi;
 
 /* ---- What a provider implements ------------------------------------------------------------------------------ */

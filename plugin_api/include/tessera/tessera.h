@@ -198,6 +198,31 @@ TESS_EXPORT TessStatus* tess_session_run(TessSession* session, const char* const
                                          const char* const* output_names, size_t output_count,
                                          TessValue** outputs);
 
+/* ---- Run options: stopping a run ---------------------------------------------------------------------------- */
+
+/* A run made with run options stops with TESS_STATUS_CANCELLED when another thread sets `terminate`, or when it has
+ * taken longer than its timeout.  Runs are checked between the nodes a provider runs (and between the iterations of
+ * Loop and Scan), so a single long kernel finishes first.  The session stays usable.  Since API 0.1. */
+typedef struct TessRunOptions TessRunOptions;
+
+/* New options: not terminated, no timeout.  Release with tess_run_options_release once no run uses them. */
+TESS_EXPORT TessStatus* tess_run_options_create(TessRunOptions** out);
+TESS_EXPORT void tess_run_options_release(TessRunOptions* options);
+/* Non-zero: every run using these options stops at its next check, and runs started with them fail at once until
+ * it is set back to 0.  Safe to call from any thread while runs use the options. */
+TESS_EXPORT TessStatus* tess_run_options_set_terminate(TessRunOptions* options, int32_t terminate);
+TESS_EXPORT int32_t tess_run_options_get_terminate(const TessRunOptions* options);
+/* A run using these options stops once it has taken longer than `timeout_ms` milliseconds; 0 (the default) means
+ * no limit.  Must not change while a run uses the options. */
+TESS_EXPORT TessStatus* tess_run_options_set_timeout_ms(TessRunOptions* options, int64_t timeout_ms);
+
+/* tess_session_run with run options; `run_options` may be NULL (as tess_session_run).  Thread-safe like it; several
+ * runs may share one TessRunOptions (setting terminate then stops them all). */
+TESS_EXPORT TessStatus* tess_session_run_with_options(TessSession* session, const TessRunOptions* run_options,
+                                                      const char* const* input_names, const TessValue* const* inputs,
+                                                      size_t input_count, const char* const* output_names,
+                                                      size_t output_count, TessValue** outputs);
+
 /* Ends profiling (tess_session_options_set_profiling): stops recording, writes the trace file and sets *path_out to
  * its path, owned by the session and valid until it is released.  Later calls write nothing and return the same
  * path; a session created without profiling gives "".  An error (the file cannot be written) still ends profiling.

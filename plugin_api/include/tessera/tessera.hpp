@@ -48,6 +48,7 @@ inline const char* status_code_name(StatusCode code) noexcept {
         case TESS_STATUS_UNAVAILABLE: return "UNAVAILABLE";
         case TESS_STATUS_ABI_MISMATCH: return "ABI_MISMATCH";
         case TESS_STATUS_INTERNAL: return "INTERNAL";
+        case TESS_STATUS_CANCELLED: return "CANCELLED";
     }
     return "UNKNOWN";
 }
@@ -480,6 +481,24 @@ struct PartitionInfo {
     std::vector<bool> input_copied;       // per input: reaches the partition through a copy
 };
 
+// Stops runs early (tess_run_options_*): set_terminate(true) from any thread stops the runs using these options with a
+// CANCELLED error; a timeout stops a run that takes longer.  Must outlive the runs that use it.
+class RunOptions {
+public:
+    RunOptions() { check(tess_run_options_create(&options_)); }
+    RunOptions(const RunOptions&) = delete;
+    RunOptions& operator=(const RunOptions&) = delete;
+    ~RunOptions() { tess_run_options_release(options_); }
+
+    void set_terminate(bool terminate) { check(tess_run_options_set_terminate(options_, terminate ? 1 : 0)); }
+    bool terminate() const { return tess_run_options_get_terminate(options_) != 0; }
+    void set_timeout_ms(int64_t timeout_ms) { check(tess_run_options_set_timeout_ms(options_, timeout_ms)); }
+    const TessRunOptions* get() const noexcept { return options_; }
+
+private:
+    TessRunOptions* options_ = nullptr;
+};
+
 class Session {
 public:
     // Loads, optimizes, partitions and compiles a model file.  `env` must outlive the session.
@@ -565,6 +584,17 @@ public:
         }
         return run_handles(names, handles, output_names);
     }
+    // As run(inputs, output_names), stopped early as `options` say.
+    std::vector<Value> run_with(const RunOptions& options, const std::map<std::string, ValueView>& inputs,
+                                const std::vector<std::string>& output_names = {}) const {
+        std::vector<std::string> names;
+        std::vector<const TessValue*> handles;
+        for (const auto& [name, value] : inputs) {
+            names.push_back(name);
+            handles.push_back(value.get());
+        }
+        return run_handles(names, handles, output_names, options.get());
+    }
 
     // Ends profiling and writes the trace; returns its path ("" when the session is not profiled).  Later calls
     // return the same path.
@@ -604,7 +634,8 @@ private:
 
     std::vector<Value> run_handles(const std::vector<std::string>& input_names,
                                    const std::vector<const TessValue*>& inputs,
-                                   const std::vector<std::string>& output_names) const {
+                                   const std::vector<std::string>& output_names,
+                                   const TessRunOptions* options = nullptr) const {
         std::vector<std::string> all_outputs;
         const std::vector<std::string>* wanted = &output_names;
         if (output_names.empty()) {
@@ -615,8 +646,8 @@ private:
         for (const std::string& n : input_names) in_names.push_back(n.c_str());
         for (const std::string& n : *wanted) out_names.push_back(n.c_str());
         std::vector<TessValue*> results(out_names.size(), nullptr);
-        check(tess_session_run(session_, in_names.data(), inputs.data(), inputs.size(), out_names.data(),
-                               out_names.size(), results.data()));
+        check(tess_session_run_with_options(session_, options, in_names.data(), inputs.data(), inputs.size(),
+                                            out_names.data(), out_names.size(), results.data()));
         std::vector<Value> out;
         out.reserve(results.size());
         for (TessValue* v : results) out.emplace_back(v);

@@ -129,7 +129,8 @@ bool is_16bit_float(int32_t type) { return type == TESS_ELEMENT_FLOAT16 || type 
 // their exponentials, the denominator and the quotients are rounded to `type`.  The denominator follows the
 // reference's arithmetic: float16 sums accumulate in float and round once, bfloat16 sums round every partial sum
 // (numpy's float16 reductions use float accumulators, its bfloat16 ones add in bfloat16).  A row of only -inf gives
-// zeros.
+// zeros.  Summing in bfloat16 loses the small terms of long rows: models that care set softmax_precision to float,
+// which the definition offers for exactly this and which takes the float32 path.
 template <typename C> void softmax_rows_in(int32_t type, C* x, int64_t rows, int64_t n) {
     auto r = [type](float v) { return round_to_type(type, v); };
     for (int64_t row = 0; row < rows; ++row) {
