@@ -155,11 +155,20 @@ struct BitShiftOp {
         else if (direction == "RIGHT") left = false;
         else throw KernelError("BitShift: direction must be \"LEFT\" or \"RIGHT\", got \"" + direction + "\"");
     }
-    // Shifting by the bit width or more gives 0 (C++ leaves it undefined).
+    // A shift by a negative amount or by the bit width or more leaves only the sign extension (opset 28): -1 for a
+    // right shift of a negative value, 0 otherwise.  C++ leaves such shifts undefined, so they are caught first.
+    // Left shifts run in the unsigned type, where bits pushed past the sign bit are simply dropped (no signed
+    // overflow); right shifts of signed values are arithmetic, as C++20 defines them.
     template <typename T> T operator()(T a, T b) const {
-        if (b >= sizeof(T) * 8) return 0;
-        using W = WrappingType<T>;
-        return static_cast<T>(left ? W(a) << b : W(a) >> b);
+        constexpr T kBits = T(sizeof(T) * 8);
+        bool out_of_range = b >= kBits;
+        if constexpr (std::is_signed_v<T>) out_of_range = out_of_range || b < 0;
+        if (out_of_range) {
+            if constexpr (std::is_signed_v<T>) return !left && a < 0 ? T(-1) : T(0);
+            else return T(0);
+        }
+        if (left) return static_cast<T>(static_cast<WrappingType<T>>(a) << b);
+        return static_cast<T>(a >> b);
     }
 };
 
@@ -549,8 +558,13 @@ void register_elementwise_kernels(KernelRegistry& registry) {
     add_binary<XorOp, BoolTypes>(registry, "Xor", 1, 7, {{0, bools}, {1, bools}});
 
     // Bitwise.
+    // Opset 28 adds the signed types; one kernel serves both versions.
     const auto unsigned_ids = type_ids(UnsignedIntTypes{});
-    add_binary<BitShiftOp, UnsignedIntTypes>(registry, "BitShift", 11, 0, {{0, unsigned_ids}, {1, unsigned_ids}});
+    const KernelFactory bit_shift = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
+        return std::make_unique<BinaryKernel<BitShiftOp, IntTypes>>(info, false);
+    };
+    add(registry, "BitShift", 11, 27, {{0, unsigned_ids}, {1, unsigned_ids}}, bit_shift);
+    add(registry, "BitShift", 28, 0, {{0, ints}, {1, ints}}, bit_shift);
     add_binary<BitwiseAndOp, IntTypes>(registry, "BitwiseAnd", 18, 0, {{0, ints}, {1, ints}});
     add_binary<BitwiseOrOp, IntTypes>(registry, "BitwiseOr", 18, 0, {{0, ints}, {1, ints}});
     add_binary<BitwiseXorOp, IntTypes>(registry, "BitwiseXor", 18, 0, {{0, ints}, {1, ints}});
