@@ -69,13 +69,16 @@ struct ModOp {
     bool fmod = false;
     explicit ModOp(const NodeInfo& info) : fmod(info.attr_int("fmod", 0) != 0) {}
 
-    // fmod = 0: the result takes the divisor's sign (Python's %); fmod = 1: the dividend's (C's fmod).  The spec
-    // asks for fmod = 1 with floating types; like the reference implementation we give the Python result
-    // otherwise.  A zero integer divisor gives 0 rather than a trap.
+    // fmod = 0: the result takes the divisor's sign (Python's %, numpy's mod), a zero result included (opset 28
+    // spells out the floating-point cases: x mod ±inf is x, or the infinity when the signs differ; ±inf mod y and
+    // x mod ±0 are NaN, as fmod gives them).  fmod = 1: the dividend's sign (C's fmod).  A zero integer divisor
+    // gives 0 rather than a trap.
     template <typename T> T operator()(T a, T b) const {
         if constexpr (std::is_floating_point_v<T>) {
             T r = std::fmod(a, b);
-            if (!fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
+            if (fmod) return r;
+            if (r == 0) return std::copysign(T(0), b);
+            if ((r < 0) != (b < 0)) r += b;
             return r;
         } else {
             if (b == 0) return 0;
