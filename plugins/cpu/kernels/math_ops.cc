@@ -263,10 +263,12 @@ public:
         const int32_t type = ctx.input(0).type;
         for (size_t i = 1; i < ctx.input_count(); ++i)
             if (ctx.input(i).type != type) throw KernelError("Einsum: all inputs must have the same element type");
-        // Narrow integers are computed in 32 bits (the wrapped low bits are the same) and float16 in float.
+        // Narrow integers are computed in 32 bits (the wrapped low bits are the same); float16 and bfloat16 in
+        // float, rounded once at the end (the reference contracts bfloat16 in float32 and casts the result).
         switch (type) {
             case TESS_ELEMENT_FLOAT32:
             case TESS_ELEMENT_FLOAT16:
+            case TESS_ELEMENT_BFLOAT16:
                 return run<float>(ctx);
             case TESS_ELEMENT_FLOAT64:
                 return run<double>(ctx);
@@ -603,10 +605,11 @@ void register_math_kernels(KernelRegistry& registry) {
     };
     const std::vector<int32_t> floats{TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT64, TESS_ELEMENT_FLOAT16,
                                       TESS_ELEMENT_BFLOAT16};
+    // Opset 28 only adds bfloat16.
     add("Einsum", 12, make_factory<EinsumKernel>(),
-        {TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT64, TESS_ELEMENT_FLOAT16, TESS_ELEMENT_INT8, TESS_ELEMENT_INT16,
-         TESS_ELEMENT_INT32, TESS_ELEMENT_INT64, TESS_ELEMENT_UINT8, TESS_ELEMENT_UINT16, TESS_ELEMENT_UINT32,
-         TESS_ELEMENT_UINT64});
+        {TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT64, TESS_ELEMENT_FLOAT16, TESS_ELEMENT_BFLOAT16, TESS_ELEMENT_INT8,
+         TESS_ELEMENT_INT16, TESS_ELEMENT_INT32, TESS_ELEMENT_INT64, TESS_ELEMENT_UINT8, TESS_ELEMENT_UINT16,
+         TESS_ELEMENT_UINT32, TESS_ELEMENT_UINT64});
     // Opset 22 only adds bfloat16 to Det and LpNormalization.
     add("Det", 11, make_factory<DetKernel>(), floats);
     add("LpNormalization", 1, make_factory<LpNormalizationKernel>(), floats);
