@@ -1,4 +1,4 @@
-// CPU provider: Einsum, Det, CumProd, LpNormalization and Swish.
+// CPU provider: Einsum, Det, CumProd, LpNormalization, Swish and SwiGLU.
 //
 // Einsum reduces any equation to three steps: each operand becomes a strided view with one dimension per distinct
 // label (repeated labels take a diagonal, size-1 dimensions broadcast), operands are contracted left to right as
@@ -548,6 +548,15 @@ private:
 
 // ---- Swish -------------------------------------------------------------------------------------------------------
 
+// fn(begin, end) over [0, n) in parallel chunks (each element costs an exp: worth a task from a few thousand on).
+template <typename Fn> void parallel_chunks(ThreadPool& pool, int64_t n, const Fn& fn) {
+    constexpr int64_t kGrain = 4096;
+    if (n <= kGrain || pool.size() <= 1)
+        fn(int64_t(0), n);
+    else
+        pool.parallel_for(n, kGrain, fn);
+}
+
 // x * sigmoid(alpha * x).
 class SwishKernel final : public Kernel {
 public:
@@ -584,14 +593,56 @@ private:
         [[gnu::always_inline]] vec::Vf operator()(vec::Vf x) const { return x * vec::sigmoid(alpha * x); }
     };
 
-    template <typename Fn>
-    static void parallel_chunks(ThreadPool& pool, int64_t n, const Fn& fn) {
-        constexpr int64_t kGrain = 4096;
-        if (n <= kGrain || pool.size() <= 1)
-            fn(int64_t(0), n);
-        else
-            pool.parallel_for(n, kGrain, fn);
+    float alpha_;
+};
+
+// ---- SwiGLU ------------------------------------------------------------------------------------------------------
+
+// Y = Swish_alpha(A) * B = A * sigmoid(alpha * A) * B, for A and B of one shape (no broadcasting).  float16 and
+// bfloat16 compute in float and round once, as the conformance data does.
+class SwiGLUKernel final : public Kernel {
+public:
+    explicit SwiGLUKernel(const NodeInfo& info) : alpha_(info.attr_float("alpha", 1.0f)) {}
+
+    void compute(KernelContext& ctx) const override {
+        const Tensor& a = ctx.input(0);
+        const Tensor& b = ctx.input(1);
+        if (a.type != b.type) throw KernelError("SwiGLU: A and B have different element types");
+        if (a.shape != b.shape)
+            throw KernelError("SwiGLU: A and B must have the same shape (no broadcasting), got " +
+                              shape_string(a.shape) + " and " + shape_string(b.shape));
+        Tensor& y = ctx.output(0, a.type, a.shape);
+        const int64_t n = a.size();
+        if (a.type == TESS_ELEMENT_FLOAT64) {
+            const double alpha = alpha_;
+            const double* pa = a.ptr<double>();
+            const double* pb = b.ptr<double>();
+            double* out = y.ptr<double>();
+            parallel_chunks(ctx.pool(), n, [&](int64_t begin, int64_t end) {
+                for (int64_t i = begin; i < end; ++i) out[i] = pa[i] / (1.0 + std::exp(-alpha * pa[i])) * pb[i];
+            });
+            return;
+        }
+        if (a.type != TESS_ELEMENT_FLOAT32 && !is_16bit_float(a.type)) throw_unsupported_type("SwiGLU", a.type);
+        const ConvertedInput<float> in_a(a, ctx.pool()), in_b(b, ctx.pool());
+        ConvertedOutput<float> out(y);
+        const float* pa = in_a.data();
+        const float* pb = in_b.data();
+        float* dst = out.data();
+        const VectorSwiGLU swiglu{alpha_};
+        parallel_chunks(ctx.pool(), n, [&](int64_t begin, int64_t end) {
+            vec::run_best_isa([&] { vec::map2(pa + begin, pb + begin, dst + begin, end - begin, swiglu); });
+        });
+        out.finish(ctx.pool());
     }
+
+private:
+    struct VectorSwiGLU {
+        float alpha;
+        [[gnu::always_inline]] vec::Vf operator()(vec::Vf a, vec::Vf b) const {
+            return a * vec::sigmoid(alpha * a) * b;
+        }
+    };
 
     float alpha_;
 };
@@ -614,6 +665,9 @@ void register_math_kernels(KernelRegistry& registry) {
     add("Det", 11, make_factory<DetKernel>(), floats);
     add("LpNormalization", 1, make_factory<LpNormalizationKernel>(), floats);
     add("Swish", 24, make_factory<SwishKernel>(), floats, KernelMemory::InPlaceInput0);
+    // Element k of the output depends only on element k of A and B, so it may take over A's buffer.
+    registry.add({"", "SwiGLU", 28, 0, {{0, floats}, {1, floats}}, KernelMemory::InPlaceInput0,
+                  make_factory<SwiGLUKernel>()});
     // The scan reads each element before writing it, so it can run in place.
     registry.add({"",
                   "CumProd",
