@@ -108,6 +108,23 @@ std::vector<OpCase> op_cases() {
         {"OneHot", 11, {typed({3}), int64s({}, {4}), fixed(TESS_ELEMENT_FLOAT32, {2})}},
         {"QuantizeLinear", 21, {typed({4}), fixed(TESS_ELEMENT_FLOAT32, {})}},
         {"DequantizeLinear", 21, {typed({4}), fixed(TESS_ELEMENT_FLOAT32, {})}, TESS_ELEMENT_INT8},
+        // Operators opset 28 changed.
+        {"BitShift", 28, {typed({3}), typed({3})}, TESS_ELEMENT_INT8,
+         [](NodeBuilder& n) { n.attr_string("direction", "RIGHT"); }},
+        {"SwiGLU", 28, {typed({4}), typed({4})}},
+        {"ReduceMax", 20, {typed({2, 3}), int64s({1}, {1})}},
+        {"ReduceLogSum", 28, {typed({2, 3}), int64s({1}, {1})}},
+        {"ReduceLogSumExp", 28, {typed({2, 3}), int64s({1}, {1})}},
+        {"ArgMin", 13, {typed({2, 3})}},
+        {"Einsum", 28, {typed({2, 3}), typed({3, 2})}, TESS_ELEMENT_FLOAT32,
+         [](NodeBuilder& n) { n.attr_string("equation", "ij,jk->ik"); }},
+        {"SpaceToDepth", 28, {typed({1, 1, 2, 2})}, TESS_ELEMENT_FLOAT32,
+         [](NodeBuilder& n) { n.attr_int("blocksize", 2).attr_string("mode", "CRD"); }},
+        {"Celu", 28, {typed({3})}},
+        {"Mod", 28, {typed({3}), typed({3})}},
+        {"Compress", 28, {typed({3}), fixed(TESS_ELEMENT_BOOL, {3})}},
+        {"ReverseSequence", 28, {typed({2, 2}), int64s({2}, {1, 2})}},
+        {"Unique", 28, {typed({3})}},
     };
 }
 

@@ -419,19 +419,13 @@ private:
 
 // ---- Registration --------------------------------------------------------------------------------------------
 
-// Lists holding float also take float16 and bfloat16 (computed in float).
-template <typename Types> std::vector<int32_t> input_type_ids(Types types) {
-    if constexpr (list_contains<float>(Types{})) return type_ids_with_16bit_floats(types);
-    else return type_ids(types);
-}
-
 template <typename Fn, typename Types>
 void add_unary(KernelRegistry& registry, const char* op, int since, KernelMemory memory = KernelMemory::InPlaceInput0,
                const char* domain = "") {
     registry.add(KernelDef{.domain = domain,
                            .op_type = op,
                            .since_version = since,
-                           .input_types = {{0, input_type_ids(Types{})}},
+                           .input_types = {{0, type_ids_16bit_via_float(Types{})}},
                            .memory = memory,
                            .factory = make_factory<UnaryKernel<Fn, Types>>()});
 }

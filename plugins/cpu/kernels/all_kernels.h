@@ -29,7 +29,7 @@ void register_image_kernels(KernelRegistry& registry);         // kernels/image.
 void register_image_decoder_kernels(KernelRegistry& registry); // kernels/image_decoder.cc: ImageDecoder
 void register_loss_kernels(KernelRegistry& registry);           // kernels/loss.cc: NLL and softmax cross-entropy
 void register_quantize_kernels(KernelRegistry& registry);      // kernels/quantize.cc: (De)QuantizeLinear, QLinear*, *Integer
-void register_math_kernels(KernelRegistry& registry);          // kernels/math_ops.cc: Einsum, Det, CumProd, LpNormalization, Swish
+void register_math_kernels(KernelRegistry& registry);          // kernels/math_ops.cc: Einsum, Det, CumProd, LpNormalization, Swish, SwiGLU
 void register_misc_kernels(KernelRegistry& registry);          // kernels/misc_ops.cc: Unique, Compress, TfIdfVectorizer, random, ...
 void register_ml_kernels(KernelRegistry& registry);            // kernels/ml_ops.cc: ai.onnx.ml (LabelEncoder, TreeEnsemble, ...)
 void register_training_kernels(KernelRegistry& registry);      // kernels/training_ops.cc: ai.onnx.preview.training optimizers

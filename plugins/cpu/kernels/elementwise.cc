@@ -69,13 +69,16 @@ struct ModOp {
     bool fmod = false;
     explicit ModOp(const NodeInfo& info) : fmod(info.attr_int("fmod", 0) != 0) {}
 
-    // fmod = 0: the result takes the divisor's sign (Python's %); fmod = 1: the dividend's (C's fmod).  The spec
-    // asks for fmod = 1 with floating types; like the reference implementation we give the Python result
-    // otherwise.  A zero integer divisor gives 0 rather than a trap.
+    // fmod = 0: the result takes the divisor's sign (Python's %, numpy's mod), a zero result included (opset 28
+    // spells out the floating-point cases: x mod ±inf is x, or the infinity when the signs differ; ±inf mod y and
+    // x mod ±0 are NaN, as fmod gives them).  fmod = 1: the dividend's sign (C's fmod).  A zero integer divisor
+    // gives 0 rather than a trap.
     template <typename T> T operator()(T a, T b) const {
         if constexpr (std::is_floating_point_v<T>) {
             T r = std::fmod(a, b);
-            if (!fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
+            if (fmod) return r;
+            if (r == 0) return std::copysign(T(0), b);
+            if ((r < 0) != (b < 0)) r += b;
             return r;
         } else {
             if (b == 0) return 0;
@@ -155,11 +158,20 @@ struct BitShiftOp {
         else if (direction == "RIGHT") left = false;
         else throw KernelError("BitShift: direction must be \"LEFT\" or \"RIGHT\", got \"" + direction + "\"");
     }
-    // Shifting by the bit width or more gives 0 (C++ leaves it undefined).
+    // A shift by a negative amount or by the bit width or more leaves only the sign extension (opset 28): -1 for a
+    // right shift of a negative value, 0 otherwise.  C++ leaves such shifts undefined, so they are caught first.
+    // Left shifts run in the unsigned type, where bits pushed past the sign bit are simply dropped (no signed
+    // overflow); right shifts of signed values are arithmetic, as C++20 defines them.
     template <typename T> T operator()(T a, T b) const {
-        if (b >= sizeof(T) * 8) return 0;
-        using W = WrappingType<T>;
-        return static_cast<T>(left ? W(a) << b : W(a) >> b);
+        constexpr T kBits = T(sizeof(T) * 8);
+        bool out_of_range = b >= kBits;
+        if constexpr (std::is_signed_v<T>) out_of_range = out_of_range || b < 0;
+        if (out_of_range) {
+            if constexpr (std::is_signed_v<T>) return !left && a < 0 ? T(-1) : T(0);
+            else return T(0);
+        }
+        if (left) return static_cast<T>(static_cast<WrappingType<T>>(a) << b);
+        return static_cast<T>(a >> b);
     }
 };
 
@@ -549,8 +561,13 @@ void register_elementwise_kernels(KernelRegistry& registry) {
     add_binary<XorOp, BoolTypes>(registry, "Xor", 1, 7, {{0, bools}, {1, bools}});
 
     // Bitwise.
+    // Opset 28 adds the signed types; one kernel serves both versions.
     const auto unsigned_ids = type_ids(UnsignedIntTypes{});
-    add_binary<BitShiftOp, UnsignedIntTypes>(registry, "BitShift", 11, 0, {{0, unsigned_ids}, {1, unsigned_ids}});
+    const KernelFactory bit_shift = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
+        return std::make_unique<BinaryKernel<BitShiftOp, IntTypes>>(info, false);
+    };
+    add(registry, "BitShift", 11, 27, {{0, unsigned_ids}, {1, unsigned_ids}}, bit_shift);
+    add(registry, "BitShift", 28, 0, {{0, ints}, {1, ints}}, bit_shift);
     add_binary<BitwiseAndOp, IntTypes>(registry, "BitwiseAnd", 18, 0, {{0, ints}, {1, ints}});
     add_binary<BitwiseOrOp, IntTypes>(registry, "BitwiseOr", 18, 0, {{0, ints}, {1, ints}});
     add_binary<BitwiseXorOp, IntTypes>(registry, "BitwiseXor", 18, 0, {{0, ints}, {1, ints}});

@@ -1,4 +1,4 @@
-// CPU provider: Einsum, Det, CumProd, LpNormalization and Swish.
+// CPU provider: Einsum, Det, CumProd, LpNormalization, Swish and SwiGLU.
 //
 // Einsum reduces any equation to three steps: each operand becomes a strided view with one dimension per distinct
 // label (repeated labels take a diagonal, size-1 dimensions broadcast), operands are contracted left to right as
@@ -263,10 +263,12 @@ public:
         const int32_t type = ctx.input(0).type;
         for (size_t i = 1; i < ctx.input_count(); ++i)
             if (ctx.input(i).type != type) throw KernelError("Einsum: all inputs must have the same element type");
-        // Narrow integers are computed in 32 bits (the wrapped low bits are the same) and float16 in float.
+        // Narrow integers are computed in 32 bits (the wrapped low bits are the same); float16 and bfloat16 in
+        // float, rounded once at the end (the reference contracts bfloat16 in float32 and casts the result).
         switch (type) {
             case TESS_ELEMENT_FLOAT32:
             case TESS_ELEMENT_FLOAT16:
+            case TESS_ELEMENT_BFLOAT16:
                 return run<float>(ctx);
             case TESS_ELEMENT_FLOAT64:
                 return run<double>(ctx);
@@ -546,6 +548,15 @@ private:
 
 // ---- Swish -------------------------------------------------------------------------------------------------------
 
+// fn(begin, end) over [0, n) in parallel chunks (each element costs an exp: worth a task from a few thousand on).
+template <typename Fn> void parallel_chunks(ThreadPool& pool, int64_t n, const Fn& fn) {
+    constexpr int64_t kGrain = 4096;
+    if (n <= kGrain || pool.size() <= 1)
+        fn(int64_t(0), n);
+    else
+        pool.parallel_for(n, kGrain, fn);
+}
+
 // x * sigmoid(alpha * x).
 class SwishKernel final : public Kernel {
 public:
@@ -582,14 +593,56 @@ private:
         [[gnu::always_inline]] vec::Vf operator()(vec::Vf x) const { return x * vec::sigmoid(alpha * x); }
     };
 
-    template <typename Fn>
-    static void parallel_chunks(ThreadPool& pool, int64_t n, const Fn& fn) {
-        constexpr int64_t kGrain = 4096;
-        if (n <= kGrain || pool.size() <= 1)
-            fn(int64_t(0), n);
-        else
-            pool.parallel_for(n, kGrain, fn);
+    float alpha_;
+};
+
+// ---- SwiGLU ------------------------------------------------------------------------------------------------------
+
+// Y = Swish_alpha(A) * B = A * sigmoid(alpha * A) * B, for A and B of one shape (no broadcasting).  float16 and
+// bfloat16 compute in float and round once, as the conformance data does.
+class SwiGLUKernel final : public Kernel {
+public:
+    explicit SwiGLUKernel(const NodeInfo& info) : alpha_(info.attr_float("alpha", 1.0f)) {}
+
+    void compute(KernelContext& ctx) const override {
+        const Tensor& a = ctx.input(0);
+        const Tensor& b = ctx.input(1);
+        if (a.type != b.type) throw KernelError("SwiGLU: A and B have different element types");
+        if (a.shape != b.shape)
+            throw KernelError("SwiGLU: A and B must have the same shape (no broadcasting), got " +
+                              shape_string(a.shape) + " and " + shape_string(b.shape));
+        Tensor& y = ctx.output(0, a.type, a.shape);
+        const int64_t n = a.size();
+        if (a.type == TESS_ELEMENT_FLOAT64) {
+            const double alpha = alpha_;
+            const double* pa = a.ptr<double>();
+            const double* pb = b.ptr<double>();
+            double* out = y.ptr<double>();
+            parallel_chunks(ctx.pool(), n, [&](int64_t begin, int64_t end) {
+                for (int64_t i = begin; i < end; ++i) out[i] = pa[i] / (1.0 + std::exp(-alpha * pa[i])) * pb[i];
+            });
+            return;
+        }
+        if (a.type != TESS_ELEMENT_FLOAT32 && !is_16bit_float(a.type)) throw_unsupported_type("SwiGLU", a.type);
+        const ConvertedInput<float> in_a(a, ctx.pool()), in_b(b, ctx.pool());
+        ConvertedOutput<float> out(y);
+        const float* pa = in_a.data();
+        const float* pb = in_b.data();
+        float* dst = out.data();
+        const VectorSwiGLU swiglu{alpha_};
+        parallel_chunks(ctx.pool(), n, [&](int64_t begin, int64_t end) {
+            vec::run_best_isa([&] { vec::map2(pa + begin, pb + begin, dst + begin, end - begin, swiglu); });
+        });
+        out.finish(ctx.pool());
     }
+
+private:
+    struct VectorSwiGLU {
+        float alpha;
+        [[gnu::always_inline]] vec::Vf operator()(vec::Vf a, vec::Vf b) const {
+            return a * vec::sigmoid(alpha * a) * b;
+        }
+    };
 
     float alpha_;
 };
@@ -603,14 +656,18 @@ void register_math_kernels(KernelRegistry& registry) {
     };
     const std::vector<int32_t> floats{TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT64, TESS_ELEMENT_FLOAT16,
                                       TESS_ELEMENT_BFLOAT16};
+    // Opset 28 only adds bfloat16.
     add("Einsum", 12, make_factory<EinsumKernel>(),
-        {TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT64, TESS_ELEMENT_FLOAT16, TESS_ELEMENT_INT8, TESS_ELEMENT_INT16,
-         TESS_ELEMENT_INT32, TESS_ELEMENT_INT64, TESS_ELEMENT_UINT8, TESS_ELEMENT_UINT16, TESS_ELEMENT_UINT32,
-         TESS_ELEMENT_UINT64});
+        {TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT64, TESS_ELEMENT_FLOAT16, TESS_ELEMENT_BFLOAT16, TESS_ELEMENT_INT8,
+         TESS_ELEMENT_INT16, TESS_ELEMENT_INT32, TESS_ELEMENT_INT64, TESS_ELEMENT_UINT8, TESS_ELEMENT_UINT16,
+         TESS_ELEMENT_UINT32, TESS_ELEMENT_UINT64});
     // Opset 22 only adds bfloat16 to Det and LpNormalization.
     add("Det", 11, make_factory<DetKernel>(), floats);
     add("LpNormalization", 1, make_factory<LpNormalizationKernel>(), floats);
     add("Swish", 24, make_factory<SwishKernel>(), floats, KernelMemory::InPlaceInput0);
+    // Element k of the output depends only on element k of A and B, so it may take over A's buffer.
+    registry.add({"", "SwiGLU", 28, 0, {{0, floats}, {1, floats}}, KernelMemory::InPlaceInput0,
+                  make_factory<SwiGLUKernel>()});
     // The scan reads each element before writing it, so it can run in place.
     registry.add({"",
                   "CumProd",

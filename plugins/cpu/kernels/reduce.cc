@@ -1,7 +1,8 @@
 // CPU provider: reductions — ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2,
 // ReduceLogSum, ReduceLogSumExp, ReduceSumSquare — and ArgMax/ArgMin.
 //
-// Integer sums and products wrap around on overflow (util/wrapping.h).
+// Integer sums and products wrap around on overflow (util/wrapping.h).  float16 and bfloat16 inputs are widened to
+// float, reduced by the float code (accumulating in float) and rounded once at the end (util/float16_compute.h).
 //
 // A reduction is described by a Reducer (identity, step, finish) and run over the input viewed as alternating
 // groups of kept and reduced dimensions (util/axes.h):
@@ -21,6 +22,7 @@
 
 #include "kernels/all_kernels.h"
 #include "util/axes.h"
+#include "util/float16_compute.h"
 #include "util/type_list.h"
 #include "util/vec_math.h"
 #include "util/wrapping.h"
@@ -273,6 +275,17 @@ public:
             ctx.alias_output(0, 0, x.shape);
             return;
         }
+        if constexpr (list_contains<float>(Types{})) {
+            if (is_16bit_float(x.type)) {
+                const WidenedTensor wide(x);
+                NarrowedOutput y(ctx.output(0, x.type, plan.output_shape));
+                const int64_t outputs = y.tensor().size();
+                if (outputs == 0) return;
+                reduce<R>(wide.tensor().ptr<float>(), y.tensor().ptr<float>(), x.shape, plan, outputs, ctx.pool());
+                y.finish();
+                return;
+            }
+        }
         dispatch_list(Types{}, x.type, [&]<typename T>() {
             Tensor& y = ctx.output(0, x.type, plan.output_shape);
             const int64_t outputs = y.size();
@@ -314,41 +327,50 @@ public:
         if (length == 0 && outer * inner > 0) {
             throw KernelError(name_ + ": cannot take the index of an extremum over an empty axis");
         }
+        Tensor& y = ctx.output(0, TESS_ELEMENT_INT64, out_shape);
+        if (y.size() == 0) return;
+        // Widening float16 and bfloat16 is exact, so the float search finds the same index.
+        if (is_16bit_float(x.type)) {
+            const WidenedTensor wide(x);
+            return find_extrema(wide.tensor().ptr<float>(), y.ptr<int64_t>(), outer, length, inner, ctx.pool());
+        }
         dispatch_list(NumericTypes{}, x.type, [&]<typename T>() {
-            Tensor& y = ctx.output(0, TESS_ELEMENT_INT64, out_shape);
-            if (y.size() == 0) return;
-            const T* in = x.ptr<T>();
-            int64_t* out = y.ptr<int64_t>();
-            // NaN counts as the extremum (numpy's argmax/argmin report the first NaN).
-            auto better = [](T v, T best) {
-                if constexpr (std::is_floating_point_v<T>) {
-                    if (v != v) return best == best;
-                }
-                return kMax ? v > best : v < best;
-            };
-            const bool last = select_last_;
-            // Lines of `length` elements `inner` apart; for inner > 1 the inner index runs fastest, so that
-            // neighbouring outputs read neighbouring inputs.
-            ctx.pool().parallel_for(outer * inner, std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(1, length)),
-                                    [&](int64_t begin, int64_t end) {
-                for (int64_t i = begin; i < end; ++i) {
-                    const T* line = in + (i / inner) * length * inner + i % inner;
-                    T best = line[0];
-                    int64_t best_index = 0;
-                    for (int64_t k = 1; k < length; ++k) {
-                        const T v = line[k * inner];
-                        if (better(v, best) || (last && v == best)) {
-                            best = v;
-                            best_index = k;
-                        }
-                    }
-                    out[i] = best_index;
-                }
-            });
+            find_extrema(x.ptr<T>(), y.ptr<int64_t>(), outer, length, inner, ctx.pool());
         });
     }
 
 private:
+    template <typename T>
+    void find_extrema(const T* in, int64_t* out, int64_t outer, int64_t length, int64_t inner,
+                      ThreadPool& pool) const {
+        // NaN counts as the extremum (numpy's argmax/argmin report the first NaN).
+        auto better = [](T v, T best) {
+            if constexpr (std::is_floating_point_v<T>) {
+                if (v != v) return best == best;
+            }
+            return kMax ? v > best : v < best;
+        };
+        const bool last = select_last_;
+        // Lines of `length` elements `inner` apart; for inner > 1 the inner index runs fastest, so that
+        // neighbouring outputs read neighbouring inputs.
+        pool.parallel_for(outer * inner, std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(1, length)),
+                          [&](int64_t begin, int64_t end) {
+            for (int64_t i = begin; i < end; ++i) {
+                const T* line = in + (i / inner) * length * inner + i % inner;
+                T best = line[0];
+                int64_t best_index = 0;
+                for (int64_t k = 1; k < length; ++k) {
+                    const T v = line[k * inner];
+                    if (better(v, best) || (last && v == best)) {
+                        best = v;
+                        best_index = k;
+                    }
+                }
+                out[i] = best_index;
+            }
+        });
+    }
+
     std::string name_;
     int64_t axis_;
     bool keepdims_;
@@ -357,27 +379,27 @@ private:
 
 // ---- Registration --------------------------------------------------------------------------------------------
 
+// One kernel for opsets [since, end] (end 0: open-ended) reading its axes from the attribute or from input 1.
 template <Reduction R, typename Types>
-void add_reduce(KernelRegistry& registry, const char* op, int axes_input_since) {
-    const auto types = type_ids(Types{});
+void add_reduce_versions(KernelRegistry& registry, const char* op, int since, int end, bool axes_from_input) {
+    std::vector<std::pair<size_t, std::vector<int32_t>>> input_types{{0, type_ids_16bit_via_float(Types{})}};
+    if (axes_from_input) input_types.push_back({1, {TESS_ELEMENT_INT64}});
     registry.add(KernelDef{.domain = "",
                            .op_type = op,
-                           .since_version = 1,
-                           .end_version = axes_input_since - 1,
-                           .input_types = {{0, types}},
+                           .since_version = since,
+                           .end_version = end,
+                           .input_types = std::move(input_types),
                            .memory = KernelMemory::Normal,
-                           .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
-                               return std::make_unique<ReduceKernel<R, Types>>(info, false);
+                           .factory = [axes_from_input](const NodeInfo& info) -> std::unique_ptr<Kernel> {
+                               return std::make_unique<ReduceKernel<R, Types>>(info, axes_from_input);
                            }});
-    registry.add(KernelDef{.domain = "",
-                           .op_type = op,
-                           .since_version = axes_input_since,
-                           .end_version = 0,
-                           .input_types = {{0, types}, {1, {TESS_ELEMENT_INT64}}},
-                           .memory = KernelMemory::Normal,
-                           .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
-                               return std::make_unique<ReduceKernel<R, Types>>(info, true);
-                           }});
+}
+
+// The attribute form before `axes_input_since`, the input form from it up to `end` (0: open-ended).
+template <Reduction R, typename Types>
+void add_reduce(KernelRegistry& registry, const char* op, int axes_input_since, int end = 0) {
+    add_reduce_versions<R, Types>(registry, op, 1, axes_input_since - 1, false);
+    add_reduce_versions<R, Types>(registry, op, axes_input_since, end, true);
 }
 
 template <bool kMax> void add_arg(KernelRegistry& registry, const char* op) {
@@ -385,7 +407,7 @@ template <bool kMax> void add_arg(KernelRegistry& registry, const char* op) {
                            .op_type = op,
                            .since_version = 1,
                            .end_version = 0,
-                           .input_types = {{0, type_ids(NumericTypes{})}},
+                           .input_types = {{0, type_ids_with_16bit_floats(NumericTypes{})}},
                            .memory = KernelMemory::Normal,
                            .factory = make_factory<ArgKernel<kMax>>()});
 }
@@ -400,8 +422,11 @@ void register_reduce_kernels(KernelRegistry& registry) {
     add_reduce<Reduction::Prod, ReduceTypes>(registry, "ReduceProd", 18);
     add_reduce<Reduction::L1, ReduceTypes>(registry, "ReduceL1", 18);
     add_reduce<Reduction::L2, ReduceTypes>(registry, "ReduceL2", 18);
-    add_reduce<Reduction::LogSum, ReduceTypes>(registry, "ReduceLogSum", 18);
-    add_reduce<Reduction::LogSumExp, ReduceTypes>(registry, "ReduceLogSumExp", 18);
+    // Opset 28 drops the integer types from ReduceLogSum and ReduceLogSumExp.
+    add_reduce<Reduction::LogSum, ReduceTypes>(registry, "ReduceLogSum", 18, 27);
+    add_reduce_versions<Reduction::LogSum, FloatTypes>(registry, "ReduceLogSum", 28, 0, true);
+    add_reduce<Reduction::LogSumExp, ReduceTypes>(registry, "ReduceLogSumExp", 18, 27);
+    add_reduce_versions<Reduction::LogSumExp, FloatTypes>(registry, "ReduceLogSumExp", 28, 0, true);
     add_reduce<Reduction::SumSquare, ReduceTypes>(registry, "ReduceSumSquare", 18);
     add_arg<true>(registry, "ArgMax");
     add_arg<false>(registry, "ArgMin");

@@ -972,10 +972,16 @@ private:
     bool column_row_depth_;
 };
 
+// The inverse of DepthToSpace.  Opset 28 adds its `mode`: DCR puts the block offset before the channel in the output
+// depth, CRD after it.
 class SpaceToDepthKernel final : public Kernel {
 public:
     explicit SpaceToDepthKernel(const NodeInfo& info) : blocksize_(info.attr_int("blocksize")) {
         if (blocksize_ < 1) throw KernelError("SpaceToDepth: blocksize must be positive");
+        const std::string mode = info.attr_string("mode", "DCR");
+        if (mode != "DCR" && mode != "CRD")
+            throw KernelError("SpaceToDepth: mode must be \"DCR\" or \"CRD\", got \"" + mode + "\"");
+        column_row_depth_ = mode == "CRD";
     }
 
     void compute(KernelContext& ctx) const override {
@@ -986,11 +992,16 @@ public:
             throw KernelError("SpaceToDepth: height and width must be divisible by blocksize");
         Tensor& output = ctx.output(0, input.type, Shape{n, c * b * b, h / b, w / b});
         if (output.size() == 0) return;
-        copy_permuted(input, output, Shape{n, c, h / b, b, w / b, b}, {0, 3, 5, 1, 2, 4}, ctx);
+        const Shape view{n, c, h / b, b, w / b, b};
+        if (column_row_depth_)
+            copy_permuted(input, output, view, {0, 1, 3, 5, 2, 4}, ctx);
+        else
+            copy_permuted(input, output, view, {0, 3, 5, 1, 2, 4}, ctx);
     }
 
 private:
     int64_t blocksize_;
+    bool column_row_depth_ = false;
 };
 
 // ---- OneHot ------------------------------------------------------------------------------------------------------

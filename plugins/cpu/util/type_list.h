@@ -36,6 +36,13 @@ template <typename... Ts> std::vector<int32_t> type_ids_with_16bit_floats(TypeLi
     return ids;
 }
 
+// Registration ids of a list, plus float16 and bfloat16 when the list holds float: for kernels that run those two
+// types through their float code.
+template <typename... Ts> std::vector<int32_t> type_ids_16bit_via_float(TypeList<Ts...> list) {
+    if constexpr (list_contains<float>(TypeList<Ts...>{})) return type_ids_with_16bit_floats(list);
+    else return type_ids(list);
+}
+
 // Registration ids of every element type ONNX defines for which `accepts(type)` holds: for kernels whose support
 // is decided by a property of the type (its size, a conversion it goes through), registered with the very
 // predicate compute() checks.

@@ -242,6 +242,14 @@ template <typename Fn> [[gnu::always_inline]] inline void map(const float* in, f
     if (k < n) store_partial(out + k, fn(load_partial(in + k, n - k, 0.0f)), n - k);
 }
 
+// out[k] = fn(a[k], b[k]) for k < n, kLanes at a time; fn takes two Vf and returns one.  out may equal a or b.
+template <typename Fn>
+[[gnu::always_inline]] inline void map2(const float* a, const float* b, float* out, int64_t n, const Fn& fn) {
+    int64_t k = 0;
+    for (; k + kLanes <= n; k += kLanes) store(out + k, fn(load(a + k), load(b + k)));
+    if (k < n) store_partial(out + k, fn(load_partial(a + k, n - k, 0.0f), load_partial(b + k, n - k, 0.0f)), n - k);
+}
+
 // Largest element of x[0..n), n >= 1 (NaN-propagation is not guaranteed).
 [[gnu::always_inline]] inline float reduce_max(const float* x, int64_t n) {
     Vf m = splat(-__builtin_inff());
