@@ -318,7 +318,8 @@ void quantize(ThreadPool& pool, const Tensor& x, const QuantizeParams& params, T
             store_quantized_integers(quotient, zero_point, count, y.type, y.data, begin);
             return;
         }
-        for (int64_t k = 0; k < count; ++k) values[k] = double(quotient[k]) + zero_point[k];
+        // The reference adds the zero point in float: rounding the sum to float first is part of the result.
+        for (int64_t k = 0; k < count; ++k) values[k] = double(quotient[k] + static_cast<float>(zero_point[k]));
         convert::CastOptions options;
         options.saturate = params.saturate;
         convert::store_doubles(y.type, y.data, begin, end, values, options);
