@@ -35,7 +35,7 @@ enum class Specials {
     Ieee,             // exponent all ones: infinity (mantissa 0) or NaN
     AllOnesNaN,       // no infinity; only the all-ones magnitude is NaN (float8e4m3fn)
     NegativeZeroNaN,  // no infinity, no -0; the -0 encoding is the single NaN (the *fnuz formats)
-    None              // every encoding is a finite number (float4e2m1)
+    None              // every encoding is a finite number (float4e2m1, float6)
 };
 
 // Decodes a sign/exponent/mantissa float of up to 16 bits.
@@ -93,6 +93,8 @@ uint16_t float_to_bfloat16(float f) {
 // Bits per element of the packed sub-byte types; 0 for every other type.
 unsigned packed_bits(ElementType type) {
     switch (type) {
+        case TESS_ELEMENT_FLOAT6E2M3:
+        case TESS_ELEMENT_FLOAT6E3M2: return 6;
         case TESS_ELEMENT_UINT4:
         case TESS_ELEMENT_INT4:
         case TESS_ELEMENT_FLOAT4E2M1: return 4;
@@ -102,11 +104,13 @@ unsigned packed_bits(ElementType type) {
     }
 }
 
-// Element `index` of a packed tensor, low bits first.
+// Element `index` of a packed tensor: one bit stream, low bits first (a 6-bit element may straddle two bytes).
 uint32_t packed_field(const void* data, size_t index, unsigned bits) {
     const auto* bytes = static_cast<const uint8_t*>(data);
     const size_t bit = index * bits;
-    return (bytes[bit / 8] >> (bit % 8)) & ((1u << bits) - 1);
+    uint32_t field = bytes[bit / 8] >> (bit % 8);
+    if (bit % 8 + bits > 8) field |= static_cast<uint32_t>(bytes[bit / 8 + 1]) << (8 - bit % 8);
+    return field & ((1u << bits) - 1);
 }
 
 int32_t sign_extend(uint32_t value, unsigned bits) {
@@ -196,24 +200,26 @@ void copy_field(const Field& field, size_t count, uint8_t* out, const char* fiel
     }
 }
 
-// Sub-byte types in int32_data: one packed byte per entry (what onnx writes), or one element per entry.
+// Sub-byte types in int32_data: one packed byte per entry (what onnx writes for 4- and 2-bit types), or one element
+// per entry (what onnx writes for float6, whose elements do not fit a byte evenly).
 void copy_packed(const onnx::TensorProto& proto, ElementType type, size_t count, size_t bytes, uint8_t* out) {
     const auto& field = proto.int32_data();
     const auto entries = static_cast<size_t>(field.size());
-    if (entries == bytes) {
+    const unsigned bits = packed_bits(type);
+    if (entries == bytes && 8 % bits == 0) {
         for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(field[static_cast<int>(i)]);
         return;
     }
     if (entries != count)
         fail(TESS_STATUS_INVALID_ARGUMENT, tensor_label(proto) + ": int32_data holds " + std::to_string(entries) +
-                                               " entries, " + std::to_string(bytes) + " packed bytes expected");
-    const unsigned bits = packed_bits(type);
+                                               " entries, " + std::to_string(count) + " elements expected");
     const uint32_t mask = (1u << bits) - 1;
     std::memset(out, 0, bytes);
     for (size_t i = 0; i < count; ++i) {
         const size_t bit = i * bits;
-        out[bit / 8] = static_cast<uint8_t>(out[bit / 8] | ((static_cast<uint32_t>(field[static_cast<int>(i)]) & mask)
-                                                             << (bit % 8)));
+        const uint32_t code = (static_cast<uint32_t>(field[static_cast<int>(i)]) & mask) << (bit % 8);
+        out[bit / 8] = static_cast<uint8_t>(out[bit / 8] | code);
+        if (code > 0xff) out[bit / 8 + 1] = static_cast<uint8_t>(out[bit / 8 + 1] | (code >> 8));
     }
 }
 
@@ -258,9 +264,11 @@ std::vector<int64_t> proto_dims(const onnx::TensorProto& proto, ElementType type
     const size_t bytes = tess_element_storage_bytes(type, count);
     const size_t typed_entries = static_cast<size_t>(proto.float_data_size()) + proto.int32_data_size() +
                                  proto.int64_data_size() + proto.double_data_size() + proto.uint64_data_size();
+    // Typed fields: at least one entry per element or per packed byte, whichever is fewer (sub-byte types may hold
+    // either); copy_typed_fields checks the exact count.
     const bool fits = type == TESS_ELEMENT_STRING ? static_cast<uint64_t>(proto.string_data_size()) == count
                       : proto.has_raw_data()      ? proto.raw_data().size() == bytes
-                                                  : typed_entries >= (packed_bits(type) ? bytes : count);
+                                                  : typed_entries >= std::min(bytes, count);
     if (!fits)
         fail(TESS_STATUS_INVALID_ARGUMENT, tensor_label(proto) + ": the data does not fill shape " +
                                                format_dims(dims) + " of " + element_type_name(type));
@@ -838,7 +846,8 @@ bool is_floating_point(ElementType type) {
     switch (type) {
         case TESS_ELEMENT_FLOAT32: case TESS_ELEMENT_FLOAT64: case TESS_ELEMENT_FLOAT16: case TESS_ELEMENT_BFLOAT16:
         case TESS_ELEMENT_FLOAT8E4M3FN: case TESS_ELEMENT_FLOAT8E4M3FNUZ: case TESS_ELEMENT_FLOAT8E5M2:
-        case TESS_ELEMENT_FLOAT8E5M2FNUZ: case TESS_ELEMENT_FLOAT4E2M1: case TESS_ELEMENT_FLOAT8E8M0: return true;
+        case TESS_ELEMENT_FLOAT8E5M2FNUZ: case TESS_ELEMENT_FLOAT4E2M1: case TESS_ELEMENT_FLOAT8E8M0:
+        case TESS_ELEMENT_FLOAT6E2M3: case TESS_ELEMENT_FLOAT6E3M2: return true;
         default: return false;
     }
 }
@@ -861,6 +870,8 @@ double element_as_double(ElementType type, const void* data, size_t index) {
             return e == 0xFF ? std::numeric_limits<double>::quiet_NaN() : std::ldexp(1.0, e - 127);
         }
         case TESS_ELEMENT_FLOAT4E2M1: return decode_minifloat(packed_field(data, index, 4), 2, 1, 1, Specials::None);
+        case TESS_ELEMENT_FLOAT6E2M3: return decode_minifloat(packed_field(data, index, 6), 2, 3, 1, Specials::None);
+        case TESS_ELEMENT_FLOAT6E3M2: return decode_minifloat(packed_field(data, index, 6), 3, 2, 3, Specials::None);
         case TESS_ELEMENT_UINT8: return load<uint8_t>(data, index);
         case TESS_ELEMENT_INT8: return load<int8_t>(data, index);
         case TESS_ELEMENT_UINT16: return load<uint16_t>(data, index);

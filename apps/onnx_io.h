@@ -56,8 +56,8 @@ std::string check_matches(ValueView value, const ValueInfo& declared);
 // ---- Protobuf <-> values -------------------------------------------------------------------------------------
 
 // A tensor from a TensorProto: raw_data or the typed fields (float_data, int32_data for every type of 16 bits or
-// less -- float16/bfloat16 as bit patterns, sub-byte types as packed bytes --, int64_data, double_data,
-// uint64_data, string_data).  External data is refused.
+// less -- float16/bfloat16 as bit patterns, 4- and 2-bit types as packed bytes, float6 one code per entry --,
+// int64_data, double_data, uint64_data, string_data).  External data is refused.
 Value tensor_from_proto(const onnx::TensorProto& proto);
 // `element_type` types an empty sequence / optional whose proto does not say.
 Value sequence_from_proto(const onnx::SequenceProto& proto, ElementType element_type);
@@ -82,8 +82,8 @@ struct Tolerance {
 
 // The ONNX backend runner's rule (numpy.testing.assert_allclose): kinds, element types and shapes must be equal;
 // numbers pass when |actual - expected| <= atol + rtol * |expected|, NaN matches NaN, an infinity only itself;
-// strings must be equal; sequences and optionals compare item by item.  float16, bfloat16, float8 and float4 are
-// compared as their float values, integers as numbers, complex numbers by the modulus of the difference.
+// strings must be equal; sequences and optionals compare item by item.  float16, bfloat16, float8, float6 and float4
+// are compared as their float values, integers as numbers, complex numbers by the modulus of the difference.
 // Returns "" when they match, else a one-line description of the first difference and the error statistics.
 std::string compare_values(ValueView actual, ValueView expected, const Tolerance& tolerance);
 

@@ -30,7 +30,7 @@ namespace {
 struct TypeFacts {
     const char* name;
     size_t bytes;      // per element; 0 for strings / sub-byte
-    size_t bits;       // per element for sub-byte types
+    size_t bits;       // per element
 };
 
 TypeFacts facts(int32_t type) {
@@ -61,6 +61,8 @@ TypeFacts facts(int32_t type) {
         case TESS_ELEMENT_FLOAT8E8M0: return {"float8e8m0", 1, 8};
         case TESS_ELEMENT_UINT2: return {"uint2", 0, 2};
         case TESS_ELEMENT_INT2: return {"int2", 0, 2};
+        case TESS_ELEMENT_FLOAT6E2M3: return {"float6e2m3", 0, 6};
+        case TESS_ELEMENT_FLOAT6E3M2: return {"float6e3m2", 0, 6};
         default: return {nullptr, 0, 0};
     }
 }
@@ -70,6 +72,8 @@ void free_aligned(void*, void* data) { std::free(data); }
 }  // namespace
 
 size_t element_size(int32_t type) { return facts(type).bytes; }
+
+size_t element_bits(int32_t type) { return facts(type).bits; }
 
 size_t storage_bytes(int32_t type, size_t count) {
     TypeFacts f = facts(type);

@@ -46,6 +46,7 @@ using SharedValue = std::shared_ptr<TessValue>;
 
 size_t element_size(int32_t type);                     // 0 for strings and sub-byte types
 size_t storage_bytes(int32_t type, size_t count);      // packed sub-byte types included; 0 for strings
+size_t element_bits(int32_t type);                     // storage bits per element; 0 for strings
 bool is_valid_element_type(int32_t type);
 const char* element_type_name(int32_t type);
 size_t checked_element_count(const int64_t* dims, size_t rank);  // throws on negative or overflowing dims

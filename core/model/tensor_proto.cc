@@ -82,6 +82,19 @@ template <typename Field> void store_truncated(const Field& field, void* dst, si
     }
 }
 
+// Packs the low `bits` bits of each integer of a typed field into the zero-filled `dst` as one bit stream, low bits
+// first (the layout raw_data uses).
+template <typename Field> void pack_codes(const Field& field, size_t bits, void* dst) {
+    auto* out = static_cast<unsigned char*>(dst);
+    const uint32_t mask = (1u << bits) - 1;
+    for (int i = 0; i < field.size(); ++i) {
+        const size_t bit = static_cast<size_t>(i) * bits;
+        const uint32_t code = (static_cast<uint32_t>(field.Get(i)) & mask) << (bit % 8);
+        out[bit / 8] |= static_cast<unsigned char>(code);
+        if (code > 0xff) out[bit / 8 + 1] |= static_cast<unsigned char>(code >> 8);  // straddles two bytes
+    }
+}
+
 }  // namespace
 
 ValuePtr tensor_from_proto(const onnx::TensorProto& proto, const ExternalDataPolicy& policy, const std::string& what) {
@@ -140,10 +153,14 @@ ValuePtr tensor_from_proto(const onnx::TensorProto& proto, const ExternalDataPol
                 // 8- and 16-bit types (bool, float16, bfloat16, float8) keep their bit patterns in int32_data.
                 check_count(proto.int32_data(), count, what);
                 store_truncated(proto.int32_data(), value->data, element_size(type));
-            } else {
-                // Packed sub-byte types: one int32 per storage byte.
+            } else if (const size_t bits = element_bits(type); 8 % bits == 0) {
+                // 4- and 2-bit types: one int32 per packed storage byte.
                 check_count(proto.int32_data(), bytes, what);
                 store_truncated(proto.int32_data(), value->data, 1);
+            } else {
+                // float6: one int32 per element holding its code; higher bits are ignored, as onnx's reader does.
+                check_count(proto.int32_data(), count, what);
+                pack_codes(proto.int32_data(), bits, value->data);
             }
     }
     return value;

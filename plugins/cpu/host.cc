@@ -3,6 +3,8 @@
 #include <cstring>
 #include <vector>
 
+#include "util/float_formats.h"
+
 namespace tessera::cpu {
 
 namespace {
@@ -13,13 +15,9 @@ const TessHostApi& host() { return *g_host; }
 void set_host(const TessHostApi* h) { g_host = h; }
 
 size_t element_bytes(int32_t type, size_t count) {
+    if (const int bits = fp::packed_bits(type)) return (count * size_t(bits) + 7) / 8;
     switch (type) {
         case TESS_ELEMENT_STRING: return 0;
-        case TESS_ELEMENT_UINT4:
-        case TESS_ELEMENT_INT4:
-        case TESS_ELEMENT_FLOAT4E2M1: return (count + 1) / 2;
-        case TESS_ELEMENT_UINT2:
-        case TESS_ELEMENT_INT2: return (count + 3) / 4;
         case TESS_ELEMENT_UINT8:
         case TESS_ELEMENT_INT8:
         case TESS_ELEMENT_BOOL:
@@ -72,6 +70,8 @@ const char* element_type_name(int32_t type) {
         case TESS_ELEMENT_FLOAT8E8M0: return "float8e8m0";
         case TESS_ELEMENT_UINT2: return "uint2";
         case TESS_ELEMENT_INT2: return "int2";
+        case TESS_ELEMENT_FLOAT6E2M3: return "float6e2m3";
+        case TESS_ELEMENT_FLOAT6E3M2: return "float6e3m2";
         default: return "undefined";
     }
 }

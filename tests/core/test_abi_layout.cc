@@ -107,7 +107,8 @@ static_assert(sizeof(TessCustomOpApi) == 136);
 
 // Enumerations keep ONNX's numbers.
 static_assert(TESS_ELEMENT_FLOAT32 == 1 && TESS_ELEMENT_STRING == 8 && TESS_ELEMENT_BFLOAT16 == 16 &&
-              TESS_ELEMENT_INT4 == 22 && TESS_ELEMENT_INT2 == 26);
+              TESS_ELEMENT_INT4 == 22 && TESS_ELEMENT_INT2 == 26 && TESS_ELEMENT_FLOAT6E2M3 == 27 &&
+              TESS_ELEMENT_FLOAT6E3M2 == 28);
 static_assert(TESS_ATTR_GRAPH == 5 && TESS_ATTR_TYPE_PROTOS == 14);
 
 TEST(AbiLayout, PinnedAtCompileTime) { SUCCEED(); }

@@ -150,6 +150,42 @@ TEST(Loader, ReadsRawAndTypedInitializers) {
     EXPECT_EQ(static_cast<const int64_t*>(r.data)[1], -9);
 }
 
+// float6 (IR 14): raw_data holds the packed bit stream, four elements in three bytes; int32_data one code per element.
+TEST(Loader, ReadsFloat6InitializersFromRawAndInt32Data) {
+    const std::vector<int32_t> codes{0x3F, 0x2A, 0x15, 0x33, 0x0C};
+    const std::string packed("\xBF\x5A\xCD\x0C", 4);  // onnx.numpy_helper._pack_6bit of the codes
+    for (int32_t type : {TESS_ELEMENT_FLOAT6E2M3, TESS_ELEMENT_FLOAT6E3M2}) {
+        SCOPED_TRACE(type);
+        ModelBuilder b(28, 14);
+        b.input("x", {2}).output("y", {2});
+        b.node("Relu", {"x"}, {"y"});
+        auto add = [&](const std::string& name) {
+            auto* t = b.graph->add_initializer();
+            t->set_name(name);
+            t->set_data_type(type);
+            t->add_dims(static_cast<int64_t>(codes.size()));
+            b.node("Identity", {name}, {name + "_out"});
+            return t;
+        };
+        add("raw")->set_raw_data(packed);
+        auto* typed = add("typed");
+        for (int32_t code : codes) typed->add_int32_data(code == 0x2A ? code | 0x7fc0 : code);  // high bits ignored
+        auto bytes = b.bytes();
+        auto model = load_model_bytes(bytes.data(), bytes.size(), std::nullopt);
+        for (const char* name : {"raw", "typed"}) {
+            const auto& value = *model.graph.initializers.at(name);
+            EXPECT_EQ(value.element_type, type);
+            EXPECT_EQ(std::string(static_cast<const char*>(value.data), value.byte_size), packed) << name;
+        }
+        typed->mutable_int32_data()->RemoveLast();  // one entry per element, not per packed byte
+        EXPECT_NE(load_error(b.bytes()).find("initializer 'typed' holds 4 values but its shape needs 5"),
+                  std::string::npos);
+        typed->clear_int32_data();
+        typed->set_raw_data(packed.substr(0, 3));
+        EXPECT_NE(load_error(b.bytes()).find("3 bytes of raw data but its shape needs 4"), std::string::npos);
+    }
+}
+
 TEST(Loader, InitializersListedAsInputsAreOverridableFromIr4) {
     ModelBuilder b(13, 8);
     b.input("x", {2}).input("w", {2}).output("y", {2});

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "common/status.h"
 #include "model/loader.h"
@@ -181,6 +182,34 @@ TEST(SaveModel, LargeModelsKeepTheirLargerInitializersAsExternalData) {
             EXPECT_NE(init.data_location(), onnx::TensorProto::EXTERNAL) << init.name();  // under 1 KiB
         }
     }
+    expect_same_graph(graph, load_model_file(path).graph);
+}
+
+// float6 initializers keep their packed bytes (4 elements in 3, the last group padded), inline and external.
+TEST(SaveModel, RoundTripsFloat6Initializers) {
+    TempDir dir;
+    ModelBuilder m(28, 14);
+    m.input("x", {2}).output("y", {2});
+    m.node("Relu", {"x"}, {"y"});
+    for (auto [name, type, count] : {std::tuple{"small", TESS_ELEMENT_FLOAT6E2M3, 7},
+                                     std::tuple{"large", TESS_ELEMENT_FLOAT6E3M2, 2001}}) {
+        auto* t = m.graph->add_initializer();
+        t->set_name(name);
+        t->set_data_type(type);
+        t->add_dims(count);
+        for (int i = 0; i < count; ++i) t->add_int32_data((i * 23 + 45) & 63);
+        m.node("Identity", {name}, {std::string(name) + "_out"});
+    }
+    const Graph graph = load(m);
+    EXPECT_EQ(graph.initializers.at("large")->byte_size, 1501u);  // ceil(2001 * 6 / 8)
+    SaveModelOptions options;
+    options.max_inline_bytes = 1000;
+    const fs::path path = dir.path / "float6.onnx";
+    save_model_file(graph, path, options);
+    EXPECT_EQ(fs::file_size(dir.path / "float6.onnx.data"), 1501u);
+    const onnx::ModelProto proto = parse(path);
+    for (const auto& init : proto.graph().initializer())
+        EXPECT_EQ(init.data_location() == onnx::TensorProto::EXTERNAL, init.name() == "large") << init.name();
     expect_same_graph(graph, load_model_file(path).graph);
 }
 

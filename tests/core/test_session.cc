@@ -96,6 +96,58 @@ TEST(Session, FoldsConstantsAndRunsWithCallerMemory) {
     EXPECT_EQ(floats_of(y.get()), (std::vector<float>{1.0f, 3.0f, 1.0f}));
 }
 
+// float6 (IR 14) end to end: initializers in raw_data and int32_data cast to float, and a float6 output.
+TEST(Session, RunsFloat6Models) {
+    EnvPtr env = make_env(plugin_dir().string());
+    const std::vector<int32_t> codes{0x3F, 0x2A, 0x15, 0x33, 0x0C};
+    const std::string packed("\xBF\x5A\xCD\x0C", 4);
+    struct Case {
+        int32_t type;
+        std::vector<float> values;  // of the codes
+    };
+    for (const Case& c : {Case{TESS_ELEMENT_FLOAT6E2M3, {-7.5f, -1.25f, 3.25f, -2.75f, 1.5f}},
+                          Case{TESS_ELEMENT_FLOAT6E3M2, {-28.0f, -0.75f, 5.0f, -3.5f, 1.0f}}}) {
+        SCOPED_TRACE(c.type);
+        ModelBuilder b(28, 14);
+        b.input("x", {5}).output("from_raw", {5}).output("from_typed", {5}).output("q", {5}, c.type);
+        for (const char* name : {"raw", "typed"}) {
+            auto* t = b.graph->add_initializer();
+            t->set_name(name);
+            t->set_data_type(c.type);
+            t->add_dims(5);
+            if (std::string(name) == "raw") t->set_raw_data(packed);
+            else for (int32_t code : codes) t->add_int32_data(code);
+            auto& cast = b.node("Cast", {name}, {std::string(name) + "_f"});
+            auto* to = cast.add_attribute();
+            to->set_name("to");
+            to->set_type(onnx::AttributeProto::INT);
+            to->set_i(onnx::TensorProto::FLOAT);
+            b.node("Add", {"x", std::string(name) + "_f"}, {std::string("from_") + name});
+        }
+        auto& cast = b.node("Cast", {"x"}, {"q"});
+        auto* to = cast.add_attribute();
+        to->set_name("to");
+        to->set_type(onnx::AttributeProto::INT);
+        to->set_i(c.type);
+        SessionPtr s = make_session(env.get(), b);
+        ASSERT_NE(s, nullptr);
+
+        auto x = make_float_tensor({5}, c.values);  // representable: adding it doubles the values, casting is exact
+        const char* name = "x";
+        const TessValue* inputs[] = {x.get()};
+        TessValue* outs[3] = {};
+        TESS_ASSERT_OK(tess_session_run(s.get(), &name, inputs, 1, nullptr, 3, outs));
+        ValuePtr from_raw(outs[0]), from_typed(outs[1]), q(outs[2]);
+        std::vector<float> doubled;
+        for (float v : c.values) doubled.push_back(2 * v);
+        EXPECT_EQ(floats_of(from_raw.get()), doubled);
+        EXPECT_EQ(floats_of(from_typed.get()), doubled);
+        EXPECT_EQ(tess_value_element_type(q.get()), c.type);
+        ASSERT_EQ(tess_tensor_byte_size(q.get()), 4u);
+        EXPECT_EQ(std::string(static_cast<const char*>(tess_tensor_const_data(q.get())), 4), packed);
+    }
+}
+
 TEST(Session, ConcurrentRunsOnOneSessionAgree) {
     EnvPtr env = make_env(plugin_dir().string());
     ModelBuilder b;

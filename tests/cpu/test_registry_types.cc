@@ -18,6 +18,7 @@
 #include "util/element_convert.h"
 #include "util/float16_compute.h"
 #include "util/gemm.h"
+#include "util/type_list.h"
 
 namespace tessera::cpu {
 namespace {
@@ -43,9 +44,7 @@ const KernelRegistry& registry() {
 }
 
 std::vector<int32_t> every_element_type() {
-    std::vector<int32_t> types;
-    for (int32_t type = TESS_ELEMENT_FLOAT32; type <= TESS_ELEMENT_INT2; ++type) types.push_back(type);
-    return types;
+    return element_types_where([](int32_t) { return true; });
 }
 
 // A tensor of `type` whose elements are all one (the string "1"; complex 1 + 0i), packed types included.

@@ -4,15 +4,17 @@ numpy has no bfloat16, float8 or sub-byte types.  When the ``ml_dtypes`` package
 it, so it usually is), those types map to its dtypes, which is also what ``onnx.numpy_helper`` produces.  Without it:
 
 * bfloat16 comes out as ``uint16`` and the float8 types as ``uint8``: the raw bit patterns, same shape, no copy;
-* the packed 4- and 2-bit types come out unpacked, one element per byte: ``int8`` (sign-extended) for int4/int2,
-  ``uint8`` codes for uint4/uint2/float4e2m1.
+* the packed 6-, 4- and 2-bit types come out unpacked, one element per byte: ``int8`` (sign-extended) for
+  int4/int2, ``uint8`` codes for uint4/uint2/float4e2m1/float6e2m3/float6e3m2.
 
 As inputs, arrays of those carrier dtypes are accepted wherever the model declares the corresponding type.  Tessera
-stores the sub-byte types packed (two or four elements per byte, low bits first), so they are always converted with
-a copy, in both directions.
+stores the sub-byte types packed (one bit stream, low bits first: two or four elements per byte, four 6-bit elements
+per three bytes), so they are always converted with a copy, in both directions.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -25,6 +27,7 @@ UNDEFINED, FLOAT, UINT8, INT8, UINT16, INT16, INT32, INT64, STRING, BOOL = range
 FLOAT16, DOUBLE, UINT32, UINT64, COMPLEX64, COMPLEX128, BFLOAT16 = range(10, 17)
 FLOAT8E4M3FN, FLOAT8E4M3FNUZ, FLOAT8E5M2, FLOAT8E5M2FNUZ = range(17, 21)
 UINT4, INT4, FLOAT4E2M1, FLOAT8E8M0, UINT2, INT2 = range(21, 27)
+FLOAT6E2M3, FLOAT6E3M2 = range(27, 29)
 
 # TessValueKind
 KIND_UNKNOWN, KIND_TENSOR, KIND_SEQUENCE, KIND_OPTIONAL, KIND_MAP = range(5)
@@ -51,10 +54,13 @@ _EXTENDED = {
     FLOAT4E2M1: ("float4_e2m1fn", np.uint8),
     UINT2: ("uint2", np.uint8),
     INT2: ("int2", np.int8),
+    FLOAT6E2M3: ("float6_e2m3fn", np.uint8),
+    FLOAT6E3M2: ("float6_e3m2fn", np.uint8),
 }
 
 # Packed types: bits per element, and whether the codes are signed integers.
-SUB_BYTE = {UINT4: (4, False), INT4: (4, True), FLOAT4E2M1: (4, False), UINT2: (2, False), INT2: (2, True)}
+SUB_BYTE = {UINT4: (4, False), INT4: (4, True), FLOAT4E2M1: (4, False), UINT2: (2, False), INT2: (2, True),
+            FLOAT6E2M3: (6, False), FLOAT6E3M2: (6, False)}
 
 _TO_DTYPE: dict[int, np.dtype] = {t: np.dtype(d) for t, d in _NATIVE.items()}
 _TO_DTYPE[STRING] = np.dtype(object)
@@ -98,27 +104,41 @@ def element_type_of(dtype: np.dtype, declared: int = UNDEFINED) -> int | None:
     return _FROM_DTYPE.get(dtype)
 
 
+def _groups(bits: int) -> tuple[int, int]:
+    """Elements and bytes of the smallest whole-byte group of a packed type: (2, 1) for 4 bits, (4, 3) for 6."""
+    elements = math.lcm(bits, 8) // bits
+    return elements, elements * bits // 8
+
+
 def pack(codes: np.ndarray, element_type: int) -> np.ndarray:
     """Elements of a sub-byte type (one per byte, any shape) → Tessera's packed bytes (1-D uint8)."""
     bits, _ = SUB_BYTE[element_type]
-    per_byte = 8 // bits
+    elements, group_bytes = _groups(bits)
     flat = np.ascontiguousarray(codes).reshape(-1).view(np.uint8) & np.uint8((1 << bits) - 1)
-    padded = np.zeros(-(-flat.size // per_byte) * per_byte, np.uint8)
+    padded = np.zeros(-(-flat.size // elements) * elements, np.uint32)
     padded[: flat.size] = flat
-    lanes = padded.reshape(-1, per_byte)
-    packed = np.zeros(lanes.shape[0], np.uint8)
-    for i in range(per_byte):
-        packed |= lanes[:, i] << np.uint8(bits * i)
-    return packed
+    # Each group of elements becomes one little-endian word of at most 24 bits, then its bytes.
+    lanes = padded.reshape(-1, elements)
+    words = np.zeros(lanes.shape[0], np.uint32)
+    for i in range(elements):
+        words |= lanes[:, i] << np.uint32(bits * i)
+    packed = np.stack([(words >> np.uint32(8 * j)).astype(np.uint8) for j in range(group_bytes)], axis=-1)
+    return packed.reshape(-1)[: -(-flat.size * bits // 8)]
 
 
 def unpack(packed: np.ndarray, element_type: int, shape: tuple[int, ...]) -> np.ndarray:
     """Tessera's packed bytes → one element per byte, as :func:`dtype_of` says (a new array of ``shape``)."""
     bits, signed = SUB_BYTE[element_type]
-    per_byte = 8 // bits
+    elements, group_bytes = _groups(bits)
     count = int(np.prod(shape, dtype=np.int64))
-    mask = np.uint8((1 << bits) - 1)
-    lanes = [(packed >> np.uint8(bits * i)) & mask for i in range(per_byte)]
+    padded = np.zeros(-(-packed.size // group_bytes) * group_bytes, np.uint32)
+    padded[: packed.size] = packed
+    groups = padded.reshape(-1, group_bytes)
+    words = np.zeros(groups.shape[0], np.uint32)
+    for j in range(group_bytes):
+        words |= groups[:, j] << np.uint32(8 * j)
+    mask = np.uint32((1 << bits) - 1)
+    lanes = [((words >> np.uint32(bits * i)) & mask).astype(np.uint8) for i in range(elements)]
     codes = np.stack(lanes, axis=-1).reshape(-1)[:count]
     target = _TO_DTYPE[element_type]
     if signed and target == np.dtype(np.int8):  # no ml_dtypes: sign-extend the codes

@@ -73,12 +73,15 @@ typedef enum TessElementType {
     TESS_ELEMENT_FLOAT8E4M3FNUZ = 18,
     TESS_ELEMENT_FLOAT8E5M2 = 19,
     TESS_ELEMENT_FLOAT8E5M2FNUZ = 20,
-    TESS_ELEMENT_UINT4 = 21, /* sub-byte types are stored packed, two (or four) elements per byte, low bits first */
+    TESS_ELEMENT_UINT4 = 21, /* sub-byte types are stored packed as one bit stream, low bits first: two (or four)
+                                elements per byte, or four 6-bit elements per three bytes; the last byte zero padded */
     TESS_ELEMENT_INT4 = 22,
     TESS_ELEMENT_FLOAT4E2M1 = 23,
     TESS_ELEMENT_FLOAT8E8M0 = 24,
     TESS_ELEMENT_UINT2 = 25,
-    TESS_ELEMENT_INT2 = 26
+    TESS_ELEMENT_INT2 = 26,
+    TESS_ELEMENT_FLOAT6E2M3 = 27,
+    TESS_ELEMENT_FLOAT6E3M2 = 28
 } TessElementType;
 
 /* What a runtime value is.  Sequences hold values; optionals hold one value or none. */

@@ -3,8 +3,8 @@
 //
 // Quantize/Dequantize work on pieces of the flattened tensor: for each piece the scale and zero point of every
 // element are gathered first (per-tensor, per-axis or blocked), then the arithmetic runs as plain loops over the
-// piece.  Element formats (float16, bfloat16, float8, float4, int4/uint4/int2/uint2, float8e8m0 scales) are read and
-// written through util/element_convert.h.
+// piece.  Element formats (float16, bfloat16, float8, float6, float4, int4/uint4/int2/uint2, float8e8m0 scales) are
+// read and written through util/element_convert.h.
 //
 // The integer products run on util/int8_gemm.h (exact int32 sums of the zero-point-corrected operands) and finish
 // in an epilogue (int32 output, or requantization).
@@ -154,13 +154,9 @@ std::optional<IntegerRange> integer_range(int32_t type) {
     }
 }
 
-bool is_float8(int32_t type) {
-    return type == TESS_ELEMENT_FLOAT8E4M3FN || type == TESS_ELEMENT_FLOAT8E4M3FNUZ ||
-           type == TESS_ELEMENT_FLOAT8E5M2 || type == TESS_ELEMENT_FLOAT8E5M2FNUZ;
-}
-
+// Integers of 2 to 16 bits and the small floats (float8, float6, float4).
 bool is_quantized_type(int32_t type) {
-    return integer_range(type).has_value() || is_float8(type) || type == TESS_ELEMENT_FLOAT4E2M1;
+    return integer_range(type).has_value() || convert::minifloat_of(type) != nullptr;
 }
 
 bool is_float_type(int32_t type) {
@@ -284,7 +280,7 @@ template <typename T> void gather_params(const ParamLayout& layout, const std::v
 }
 
 // y = saturate(round(x / scale) + zero_point) for x of any type load_doubles reads (float, float16, bfloat16,
-// int32).  Float8 and float4 outputs round (x / scale) + zero_point to the format.
+// int32).  Float8, float6 and float4 outputs round (x / scale) + zero_point to the format.
 void quantize(ThreadPool& pool, const Tensor& x, const QuantizeParams& params, Tensor& y) {
     if (fp::packed_bits(y.type)) std::memset(y.data, 0, y.byte_size());  // defined padding bits in the last byte
     const bool integer_output = integer_range(y.type).has_value();
@@ -322,7 +318,8 @@ void quantize(ThreadPool& pool, const Tensor& x, const QuantizeParams& params, T
             store_quantized_integers(quotient, zero_point, count, y.type, y.data, begin);
             return;
         }
-        for (int64_t k = 0; k < count; ++k) values[k] = double(quotient[k]) + zero_point[k];
+        // The reference adds the zero point in float: rounding the sum to float first is part of the result.
+        for (int64_t k = 0; k < count; ++k) values[k] = double(quotient[k] + static_cast<float>(zero_point[k]));
         convert::CastOptions options;
         options.saturate = params.saturate;
         convert::store_doubles(y.type, y.data, begin, end, values, options);

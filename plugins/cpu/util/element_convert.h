@@ -3,8 +3,9 @@
 //
 // Types fall in two groups.  "Value types" have a C++ representation and convert with one template
 // (convert_value<D>(s)): the arithmetic types, bool, float16 and bfloat16.  The remaining fixed-size formats
-// (float8 family, float8e8m0, float4e2m1, int4/uint4/int2/uint2) are converted in blocks through a double (or, for
-// packed integer targets, an int64) intermediate, which every one of them converts to or from exactly.
+// (float8 family, float8e8m0, float6e2m3/float6e3m2, float4e2m1, int4/uint4/int2/uint2) are converted in blocks
+// through a double (or, for packed integer targets, an int64) intermediate, which every one of them converts to or
+// from exactly.
 #pragma once
 
 #include <algorithm>
@@ -65,6 +66,8 @@ inline bool is_special_format(int32_t type) {
         case TESS_ELEMENT_FLOAT8E5M2FNUZ:
         case TESS_ELEMENT_FLOAT8E8M0:
         case TESS_ELEMENT_FLOAT4E2M1:
+        case TESS_ELEMENT_FLOAT6E2M3:
+        case TESS_ELEMENT_FLOAT6E3M2:
         case TESS_ELEMENT_UINT4:
         case TESS_ELEMENT_INT4:
         case TESS_ELEMENT_UINT2:
@@ -124,7 +127,9 @@ template <typename D, typename S> inline D convert_value(S s) {
 }
 
 struct CastOptions {
-    bool saturate = true;  // float8 targets: clamp out-of-range values to the largest finite number
+    // float8 targets: clamp out-of-range values to the largest finite number.  float4 and float6 have no infinity or
+    // nan codes and always saturate, as ONNX's reference (ml_dtypes) does.
+    bool saturate = true;
     fp::E8M0Rounding e8m0_rounding = fp::E8M0Rounding::Up;
 };
 
@@ -135,11 +140,13 @@ inline const fp::MiniFloat* minifloat_of(int32_t type) {
         case TESS_ELEMENT_FLOAT8E5M2: return &fp::kFloat8E5M2;
         case TESS_ELEMENT_FLOAT8E5M2FNUZ: return &fp::kFloat8E5M2FNUZ;
         case TESS_ELEMENT_FLOAT4E2M1: return &fp::kFloat4E2M1;
+        case TESS_ELEMENT_FLOAT6E2M3: return &fp::kFloat6E2M3;
+        case TESS_ELEMENT_FLOAT6E3M2: return &fp::kFloat6E3M2;
         default: return nullptr;
     }
 }
 
-// Decoding table of a float8 format (256 entries) or float4 (16 entries).
+// Decoding table of a float8 format (256 entries), float6 (64) or float4 (16).
 inline const float* minifloat_table(int32_t type) {
     static const auto build = [](const fp::MiniFloat& fmt) {
         std::array<float, 256> table{};
@@ -152,12 +159,16 @@ inline const float* minifloat_table(int32_t type) {
     static const std::array<float, 256> e5m2 = build(fp::kFloat8E5M2);
     static const std::array<float, 256> e5m2fnuz = build(fp::kFloat8E5M2FNUZ);
     static const std::array<float, 256> e2m1 = build(fp::kFloat4E2M1);
+    static const std::array<float, 256> e2m3 = build(fp::kFloat6E2M3);
+    static const std::array<float, 256> e3m2 = build(fp::kFloat6E3M2);
     switch (type) {
         case TESS_ELEMENT_FLOAT8E4M3FN: return e4m3fn.data();
         case TESS_ELEMENT_FLOAT8E4M3FNUZ: return e4m3fnuz.data();
         case TESS_ELEMENT_FLOAT8E5M2: return e5m2.data();
         case TESS_ELEMENT_FLOAT8E5M2FNUZ: return e5m2fnuz.data();
         case TESS_ELEMENT_FLOAT4E2M1: return e2m1.data();
+        case TESS_ELEMENT_FLOAT6E2M3: return e2m3.data();
+        case TESS_ELEMENT_FLOAT6E3M2: return e3m2.data();
         default: return nullptr;
     }
 }
@@ -227,13 +238,15 @@ inline void store_doubles(int32_t type, void* data, int64_t begin, int64_t end, 
         auto* dst = static_cast<uint8_t*>(data);
         for (int64_t i = begin; i < end; ++i)
             dst[i] = fp::float_to_e8m0(float(in[i - begin]), options.saturate, options.e8m0_rounding);
-    } else if (type == TESS_ELEMENT_FLOAT4E2M1) {
-        for (int64_t i = begin; i < end; ++i)
-            fp::store_packed(data, 4, i, uint8_t(fp::encode_minifloat(fp::kFloat4E2M1, in[i - begin], true)));
     } else if (const fp::MiniFloat* fmt = minifloat_of(type)) {
-        auto* dst = static_cast<uint8_t*>(data);
-        for (int64_t i = begin; i < end; ++i)
-            dst[i] = uint8_t(fp::encode_minifloat(*fmt, in[i - begin], options.saturate));
+        const bool saturate = options.saturate || fmt->specials == fp::Specials::None;
+        if (const int bits = fp::packed_bits(type)) {
+            for (int64_t i = begin; i < end; ++i)
+                fp::store_packed(data, bits, i, uint8_t(fp::encode_minifloat(*fmt, in[i - begin], saturate)));
+        } else {
+            auto* dst = static_cast<uint8_t*>(data);
+            for (int64_t i = begin; i < end; ++i) dst[i] = uint8_t(fp::encode_minifloat(*fmt, in[i - begin], saturate));
+        }
     } else if (is_packed_integer(type)) {
         const int bits = fp::packed_bits(type);
         for (int64_t i = begin; i < end; ++i)
@@ -276,9 +289,9 @@ inline void convert_block(int32_t src_type, const void* src, int32_t dst_type, v
     for (int64_t b = begin; b < end; b += kBlock) {
         const int64_t e = std::min(end, b + kBlock);
         load_doubles(src_type, src, b, e, buffer);
-        if (minifloat_of(dst_type) && dst_type != TESS_ELEMENT_FLOAT4E2M1 && options.saturate) {
+        if (const fp::MiniFloat* fmt = minifloat_of(dst_type); fmt && options.saturate) {
             // ONNX saturates float8 by clamping first (infinities included), then rounding.
-            const double limit = minifloat_of(dst_type)->max_value();
+            const double limit = fmt->max_value();
             for (int64_t i = 0; i < e - b; ++i)
                 if (!std::isnan(buffer[i])) buffer[i] = std::clamp(buffer[i], -limit, limit);
         }
@@ -380,7 +393,7 @@ inline bool parse_element(std::string_view text, int32_t type, void* data, int64
         }
     }
     if (const fp::MiniFloat* fmt = minifloat_of(type);
-        fmt && type != TESS_ELEMENT_FLOAT4E2M1 && options.saturate && !std::isnan(value))
+        fmt && options.saturate && !std::isnan(value))
         value = std::clamp(value, -fmt->max_value(), fmt->max_value());
     store_doubles(type, data, index, index + 1, &value, options);
     return true;

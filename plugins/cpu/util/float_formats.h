@@ -1,7 +1,7 @@
 // CPU provider: encoding and decoding of the small floating-point and packed integer formats ONNX tensors use
-// (float16, bfloat16, the float8 family, float4e2m1, float8e8m0, int4/uint4/int2/uint2).  Rounding is round to
-// nearest even everywhere unless a format's own rule says otherwise; the behaviour matches ONNX's reference
-// implementation (numpy / ml_dtypes), which the conformance data was generated with.
+// (float16, bfloat16, the float8 family, float6e2m3/float6e3m2, float4e2m1, float8e8m0, int4/uint4/int2/uint2).
+// Rounding is round to nearest even everywhere unless a format's own rule says otherwise; the behaviour matches
+// ONNX's reference implementation (numpy / ml_dtypes), which the conformance data was generated with.
 #pragma once
 
 #include <bit>
@@ -79,7 +79,7 @@ enum class Specials {
     Ieee,       // all-ones exponent: inf (mantissa 0) and nan; overflow gives inf
     FiniteNan,  // "fn": no inf, S.1111.111 is nan, overflow gives nan
     Unsigned0,  // "fnuz": no inf, no negative zero, 0x80 is nan, overflow gives nan
-    None        // float4e2m1: every code is a finite number, overflow saturates
+    None        // float4e2m1, float6: every code is a finite number, overflow saturates
 };
 
 struct MiniFloat {
@@ -116,6 +116,8 @@ inline constexpr MiniFloat kFloat8E4M3FNUZ{4, 3, 8, Specials::Unsigned0};
 inline constexpr MiniFloat kFloat8E5M2{5, 2, 15, Specials::Ieee};
 inline constexpr MiniFloat kFloat8E5M2FNUZ{5, 2, 16, Specials::Unsigned0};
 inline constexpr MiniFloat kFloat4E2M1{2, 1, 1, Specials::None};
+inline constexpr MiniFloat kFloat6E2M3{2, 3, 1, Specials::None};
+inline constexpr MiniFloat kFloat6E3M2{3, 2, 3, Specials::None};
 inline constexpr MiniFloat kFloat16{5, 10, 15, Specials::Ieee};
 inline constexpr MiniFloat kBFloat16{8, 7, 127, Specials::Ieee};
 
@@ -230,11 +232,13 @@ inline float e8m0_to_float(uint8_t code) {
     return std::bit_cast<float>(uint32_t(code) << 23);
 }
 
-// ---- packed sub-byte integers and float4 ---------------------------------------------------------------------
+// ---- packed sub-byte integers, float4 and float6 -------------------------------------------------------------
 
 // Bits per element of a packed type, 0 for everything else.
 inline int packed_bits(int32_t type) {
     switch (type) {
+        case TESS_ELEMENT_FLOAT6E2M3:
+        case TESS_ELEMENT_FLOAT6E3M2: return 6;
         case TESS_ELEMENT_UINT4:
         case TESS_ELEMENT_INT4:
         case TESS_ELEMENT_FLOAT4E2M1: return 4;
@@ -244,20 +248,28 @@ inline int packed_bits(int32_t type) {
     }
 }
 
-// Raw code of packed element `index` (low bits first within a byte).
+// Packed elements form one bit stream, low bits first: element `index` occupies bits [index * bits, + bits).
+// A 6-bit element may straddle two bytes; 4- and 2-bit ones never do.
+
+// Raw code of packed element `index`.
 inline uint8_t load_packed(const void* data, int bits, int64_t index) {
     const auto* bytes = static_cast<const uint8_t*>(data);
-    const int per_byte = 8 / bits;
-    const int shift = int(index % per_byte) * bits;
-    return uint8_t((bytes[index / per_byte] >> shift) & ((1u << bits) - 1));
+    const int64_t bit = index * bits;
+    const int shift = int(bit % 8);
+    uint32_t code = bytes[bit / 8] >> shift;
+    if (shift + bits > 8) code |= uint32_t(bytes[bit / 8 + 1]) << (8 - shift);
+    return uint8_t(code & ((1u << bits) - 1));
 }
 
 inline void store_packed(void* data, int bits, int64_t index, uint8_t code) {
     auto* bytes = static_cast<uint8_t*>(data);
-    const int per_byte = 8 / bits;
-    const int shift = int(index % per_byte) * bits;
-    const uint8_t mask = uint8_t(((1u << bits) - 1) << shift);
-    bytes[index / per_byte] = uint8_t((bytes[index / per_byte] & ~mask) | ((code << shift) & mask));
+    const int64_t bit = index * bits;
+    const int shift = int(bit % 8);
+    const uint32_t mask = ((1u << bits) - 1) << shift;
+    const uint32_t field = (uint32_t(code) << shift) & mask;
+    bytes[bit / 8] = uint8_t((bytes[bit / 8] & ~mask) | field);
+    if (shift + bits > 8)
+        bytes[bit / 8 + 1] = uint8_t((bytes[bit / 8 + 1] & ~(mask >> 8)) | (field >> 8));
 }
 
 // Sign-extends a packed code of a signed type.

@@ -43,12 +43,15 @@ template <typename... Ts> std::vector<int32_t> type_ids_16bit_via_float(TypeList
     else return type_ids(list);
 }
 
+// The highest TessElementType: element types are numbered 1 (float) to this one, strings included.
+inline constexpr int32_t kLastElementType = TESS_ELEMENT_FLOAT6E3M2;
+
 // Registration ids of every element type ONNX defines for which `accepts(type)` holds: for kernels whose support
 // is decided by a property of the type (its size, a conversion it goes through), registered with the very
 // predicate compute() checks.
 template <typename Accepts> std::vector<int32_t> element_types_where(Accepts accepts) {
     std::vector<int32_t> ids;
-    for (int32_t type = TESS_ELEMENT_FLOAT32; type <= TESS_ELEMENT_INT2; ++type)
+    for (int32_t type = TESS_ELEMENT_FLOAT32; type <= kLastElementType; ++type)
         if (accepts(type)) ids.push_back(type);
     return ids;
 }
