@@ -736,7 +736,10 @@ std::string compare_strings(ValueView actual, ValueView expected) {
         if (actual.string_at(i) != expected.string_at(i) && differing++ == 0) first = i;
     if (differing == 0) return "";
     auto shorten = [](std::string_view s) {
-        return "\"" + std::string(s.substr(0, 60)) + (s.size() > 60 ? "...\"" : "\"");
+        std::string out = "\"";
+        out.append(s.substr(0, 60));
+        out += s.size() > 60 ? "...\"" : "\"";
+        return out;
     };
     return std::to_string(differing) + " of " + std::to_string(n) + " strings differ; first at " +
            unravel(first, expected.dims()) + ": got " + shorten(actual.string_at(first)) + ", expected " +

@@ -701,7 +701,7 @@ void print_summary(const Options& o, const std::vector<Case>& cases, const std::
         for (const std::string& id : unexpected_passes) std::printf("  %s\n", id.c_str());
     }
     if (!unused_known.empty()) {
-        std::printf("Known-failure entries that match no case:\n");
+        std::printf("Known-failure entries that match no case in this data (stale, or another onnx release's):\n");
         for (const std::string& name : unused_known) std::printf("  %s\n", name.c_str());
     }
     std::printf("%zu passed, %zu failed", total.passed, total.failed);
