@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -185,6 +186,11 @@ TESS_EXPORT TessStatus* tess_session_options_set_intra_op_threads(TessSessionOpt
     return guarded([&] {
         require(options, "options");
         if (threads < 0) fail(TESS_STATUS_INVALID_ARGUMENT, "thread count {} is negative", threads);
+        // Far beyond any useful count; a typo (or 100000) must not start thousands of threads on a shared machine.
+        constexpr int32_t kMaxThreads = 1024;
+        if (threads > kMaxThreads)
+            fail(TESS_STATUS_INVALID_ARGUMENT, "{} intra-op threads requested; at most {} are allowed (this machine has {})",
+                 threads, kMaxThreads, std::thread::hardware_concurrency());
         options->intra_op_threads = threads;
     });
 }

@@ -55,6 +55,23 @@ void merge_type(Graph& graph, const onnx::ValueInfoProto& info) {
     }
 }
 
+// A tensor attribute (a Constant's value, say) may keep its data in an external file, like an initializer: it is
+// read now, under the model's external-data rules, and stored inline, so that nothing later needs the model's
+// directory.
+void inline_external_tensors(onnx::AttributeProto& attr, const ExternalDataPolicy& policy, const Node& node) {
+    auto inline_one = [&](onnx::TensorProto& t) {
+        if (t.data_location() != onnx::TensorProto::EXTERNAL) return;
+        const ValuePtr value =
+            tensor_from_proto(t, policy, fmt::format("attribute '{}' of node {}", attr.name(), node.label()));
+        t.clear_external_data();
+        t.set_data_location(onnx::TensorProto::DEFAULT);
+        t.set_raw_data(value->data, value->byte_size);
+    };
+    if (attr.type() == onnx::AttributeProto::TENSOR) inline_one(*attr.mutable_t());
+    if (attr.type() == onnx::AttributeProto::TENSORS)
+        for (auto& t : *attr.mutable_tensors()) inline_one(t);
+}
+
 // What a graph being built inherits from the model and from its enclosing graphs.
 struct Scope {
     const std::map<std::string, int64_t>* opsets;
@@ -165,6 +182,7 @@ Graph build_graph(const onnx::GraphProto& g, const Scope& scope, onnx::GraphProt
                 node.subgraphs.emplace_back(attr.name(), std::move(sub));
             }
             node.attributes.push_back(attr);
+            inline_external_tensors(node.attributes.back(), *scope.policy, node);
         }
         graph.nodes.push_back(std::move(node));
     }

@@ -1,5 +1,6 @@
 // Model loading: valid models, malformed ones (each error names the node or value and the problem), external data
 // confined to the model's directory, initializer encodings and overridable inputs.
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -229,6 +230,75 @@ TEST(Loader, RefusesExternalDataOutsideTheModelDirectory) {
               std::string::npos);
     EXPECT_NE(load_error(external_model("weights.bin").bytes(), std::nullopt).find("without a base directory"),
               std::string::npos);
+}
+
+// What a path cannot show: a hard link to a file outside the model directory, a FIFO or device that would block or
+// never end, and offsets written as negative numbers (which strtoull wraps around).
+TEST(Loader, RefusesHardLinksDevicesAndNegativeOffsetsInExternalData) {
+    TempDir dir;
+    fs::create_directories(dir.path / "model");
+    float weights[4] = {1, 2, 3, 4};
+    write_file(dir.path / "outside.bin", std::string(reinterpret_cast<const char*>(weights), sizeof(weights)));
+    fs::create_hard_link(dir.path / "outside.bin", dir.path / "model" / "hard.bin");
+    EXPECT_NE(load_error(external_model("hard.bin").bytes(), dir.path / "model").find("hard links"), std::string::npos);
+
+    ASSERT_EQ(::mkfifo((dir.path / "model" / "fifo.bin").c_str(), 0600), 0);
+    EXPECT_NE(load_error(external_model("fifo.bin").bytes(), dir.path / "model").find("not a regular file"),
+              std::string::npos);
+
+    write_file(dir.path / "model" / "w.bin", std::string(reinterpret_cast<const char*>(weights), sizeof(weights)));
+    for (const char* offset : {"-18446744073709551615", "-1", " 1", "+1", "1e3", "18446744073709551616", ""}) {
+        auto b = external_model("w.bin");
+        auto* entry = b.model.mutable_graph()->mutable_initializer(0)->add_external_data();
+        entry->set_key("offset");
+        entry->set_value(offset);
+        EXPECT_NE(load_error(b.bytes(), dir.path / "model").find("not a non-negative 64-bit number"), std::string::npos)
+            << "offset '" << offset << "'";
+    }
+    EXPECT_EQ(load_error(external_model("w.bin").bytes(), dir.path / "model"), "");
+}
+
+// A Constant (or any tensor attribute) may keep its value in an external file inside the model directory.
+TEST(Loader, ReadsExternalDataOfTensorAttributes) {
+    TempDir dir;
+    float weights[4] = {1, 2, 3, 4};
+    write_file(dir.path / "c.bin", std::string(reinterpret_cast<const char*>(weights), sizeof(weights)));
+    ModelBuilder b;
+    b.output("y", {4});
+    auto& node = b.node("Constant", {}, {"y"}, "const");
+    auto* attr = node.add_attribute();
+    attr->set_name("value");
+    attr->set_type(onnx::AttributeProto::TENSOR);
+    auto* t = attr->mutable_t();
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    t->add_dims(4);
+    t->set_data_location(onnx::TensorProto::EXTERNAL);
+    auto* entry = t->add_external_data();
+    entry->set_key("location");
+    entry->set_value("c.bin");
+    auto bytes = b.bytes();
+    auto model = load_model_bytes(bytes.data(), bytes.size(), dir.path);
+    const onnx::TensorProto& loaded = model.graph.nodes.at(0).attribute("value")->t();
+    EXPECT_NE(loaded.data_location(), onnx::TensorProto::EXTERNAL);
+    EXPECT_EQ(loaded.raw_data(), std::string(reinterpret_cast<const char*>(weights), sizeof(weights)));
+    EXPECT_NE(load_error(bytes, std::nullopt).find("without a base directory"), std::string::npos);
+}
+
+// A tiny model that declares a huge tensor costs an error, not the tensor's memory: sizes are checked against the
+// data present before anything is allocated.
+TEST(Loader, ChecksDeclaredSizesBeforeAllocating) {
+    for (bool raw : {true, false}) {
+        ModelBuilder b;
+        b.input("x", {1}).output("y", {1});
+        auto& w = b.initializer("w", {1 << 28}, {});
+        if (raw) w.set_raw_data(std::string(16, '\0'));
+        else w.add_float_data(1.0f);
+        b.node("Add", {"x", "w"}, {"y"}, "add");
+        EXPECT_NE(load_error(b.bytes()).find("its shape needs"), std::string::npos);
+    }
+    struct rusage usage {};
+    ::getrusage(RUSAGE_SELF, &usage);
+    EXPECT_LT(usage.ru_maxrss, 512 * 1024) << "peak RSS in KiB";  // 2^28 floats would be 1 GiB
 }
 
 TEST(Loader, LoadsFromFileAndReportsMissingFiles) {

@@ -181,6 +181,15 @@ def _provider_names(providers: Iterable[Any]) -> list[str]:
     return names
 
 
+def _c_int32(name: str, value: Any) -> int:
+    """An integer option as the C API takes it; out of range is an error, never a silent wrap-around."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{name} must be an int, not {type(value).__name__}")
+    if not -2**31 <= value < 2**31:
+        raise InvalidArgument(f"{name} {value} is out of range")
+    return value
+
+
 class RunOptions:
     """Options of a run, as onnxruntime's ``RunOptions``: set ``terminate = True`` from any thread to stop the runs
     using these options (they raise :class:`tessera.Cancelled`, and later runs with them fail at once until it is
@@ -266,8 +275,10 @@ class InferenceSession:
                 names = c_strings(self._requested)
                 check(lib.tess_session_options_set_providers(options, names, len(self._requested)))
             check(lib.tess_session_options_set_strict(options, 1 if strict else 0))
-            check(lib.tess_session_options_set_intra_op_threads(options, int(intra_op_threads)))
-            check(lib.tess_session_options_set_optimization_level(options, int(optimization_level)))
+            check(lib.tess_session_options_set_intra_op_threads(options, _c_int32("intra_op_threads",
+                                                                                    intra_op_threads)))
+            check(lib.tess_session_options_set_optimization_level(options, _c_int32("optimization_level",
+                                                                                    optimization_level)))
             if enable_profiling or profile_file:
                 if not profile_file:
                     profile_file = time.strftime("tessera_profile_%Y-%m-%d_%H-%M-%S.json")

@@ -111,3 +111,11 @@ def test_run_options_check_their_arguments():
     session = tessera.InferenceSession(unary_model("Relu", shape=[1]))
     with pytest.raises(tessera.InvalidArgument, match="run_options must be a tessera.RunOptions"):
         session.run(None, {"x": np.zeros(1, np.float32)}, {"terminate": True})
+
+
+@pytest.mark.parametrize("threads", [100000, 2**40, -1])
+def test_absurd_thread_counts_are_refused_before_any_thread_starts(threads):
+    with pytest.raises(tessera.InvalidArgument, match="intra-op threads requested|negative|out of range"):
+        tessera.InferenceSession(unary_model("Relu", shape=[1]), intra_op_threads=threads)
+    session = tessera.InferenceSession(unary_model("Relu", shape=[1]), intra_op_threads=2)
+    assert session.run(None, {"x": np.array([-1], np.float32)})[0].tolist() == [0]

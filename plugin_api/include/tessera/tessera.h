@@ -100,7 +100,7 @@ TESS_EXPORT void tess_session_options_release(TessSessionOptions* options);
  * are copied.  A name that is not loaded is an error at session creation in strict mode and a warning otherwise. */
 TESS_EXPORT TessStatus* tess_session_options_set_providers(TessSessionOptions* options, const char* const* names,
                                                            size_t count);
-/* Threads of the session's intra-op pool; 0 (default) means one per core. */
+/* Threads of the session's intra-op pool; 0 (default) means one per core; at most 1024. */
 TESS_EXPORT TessStatus* tess_session_options_set_intra_op_threads(TessSessionOptions* options, int32_t threads);
 /* Strict mode: a node no listed provider claims, or a listed provider that is unavailable or fails to compile, is
  * an error instead of a fallback to the next provider. */
