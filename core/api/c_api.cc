@@ -224,6 +224,13 @@ TESS_EXPORT TessStatus* tess_session_options_set_optimized_model_path(TessSessio
     });
 }
 
+TESS_EXPORT TessStatus* tess_session_options_set_memory_limit(TessSessionOptions* options, uint64_t bytes) {
+    return guarded([&] {
+        require(options, "options");
+        options->memory_limit_bytes = bytes;
+    });
+}
+
 // ---- Sessions ----
 
 TESS_EXPORT TessStatus* tess_session_create(TessEnv* env, const char* model_path, const TessSessionOptions* options,

@@ -118,6 +118,7 @@ void Session::choose_providers(TessEnv& env, const TessSessionOptions& options) 
     provider_options.intra_op_threads = threads;
     provider_options.custom_op_count = custom_op_apis_.size();
     provider_options.custom_ops = custom_op_apis_.data();
+    provider_options.memory_limit_bytes = options.memory_limit_bytes;
     for (auto& provider : chosen) {
         try {
             instances_.emplace_back(ProviderInstance::create(provider, provider_options));

@@ -34,6 +34,7 @@ struct TessSessionOptions {
     int32_t optimization_level = 3;  // TESS_OPTIMIZATION_ALL
     std::string profile_path;        // the trace file; "" when profiling is off (exec/profiler.h)
     std::string optimized_model_path;  // where the optimized graph is saved (model/save.h); "" when not saved
+    uint64_t memory_limit_bytes = 0;   // per provider instance (TessProviderOptions::memory_limit_bytes); 0: none
 };
 
 namespace tessera {

@@ -10,7 +10,7 @@ constexpr size_t kAlignment = 64;
 }
 
 CachingAllocator::~CachingAllocator() {
-    for (auto& [size, p] : cached_) std::free(p);
+    for (auto& [size, p] : cached_) free_buffer(budget_, p);
     // Live buffers belong to values the core still holds; the core releases them before the instance.
 }
 
@@ -28,8 +28,19 @@ void* CachingAllocator::allocate(size_t bytes, size_t alignment) {
             return p;
         }
     }
-    void* p = std::aligned_alloc(kAlignment, rounded);
-    if (p == nullptr) throw std::bad_alloc();
+    void* p = nullptr;
+    try {
+        p = allocate_buffer(budget_, rounded);
+    } catch (const MemoryLimitExceeded&) {
+        // Cached buffers count against the limit too: give them back and try once more.
+        {
+            std::lock_guard lock(mutex_);
+            for (auto& [size, cached] : cached_) free_buffer(budget_, cached);
+            cached_.clear();
+            cached_bytes_ = 0;
+        }
+        p = allocate_buffer(budget_, rounded);
+    }
     std::lock_guard lock(mutex_);
     live_[p] = rounded;
     return p;
@@ -46,7 +57,7 @@ void CachingAllocator::free(void* pointer) {
         cached_.emplace(size, pointer);
         cached_bytes_ += size;
     } else {
-        std::free(pointer);
+        free_buffer(budget_, pointer);
     }
 }
 

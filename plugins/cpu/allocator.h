@@ -8,11 +8,15 @@
 #include <unordered_map>
 #include <vector>
 
+#include "memory_budget.h"
+
 namespace tessera::cpu {
 
 class CachingAllocator {
 public:
-    explicit CachingAllocator(size_t max_cached_bytes = size_t(1) << 30) : max_cached_(max_cached_bytes) {}
+    // Buffers are charged to `budget` (may be NULL), cached ones included.
+    explicit CachingAllocator(MemoryBudget* budget = nullptr, size_t max_cached_bytes = size_t(1) << 30)
+        : budget_(budget), max_cached_(max_cached_bytes) {}
     ~CachingAllocator();
     CachingAllocator(const CachingAllocator&) = delete;
     CachingAllocator& operator=(const CachingAllocator&) = delete;
@@ -27,6 +31,7 @@ private:
     std::unordered_map<void*, size_t> live_;            // pointer -> rounded size
     std::multimap<size_t, void*> cached_;               // rounded size -> free buffer
     size_t cached_bytes_ = 0;
+    MemoryBudget* budget_;
     size_t max_cached_;
 };
 

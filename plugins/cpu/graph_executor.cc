@@ -16,11 +16,8 @@ constexpr size_t kAlignment = 64;
 
 size_t round_up(size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 
-void* aligned_buffer(size_t bytes) {
-    void* p = std::aligned_alloc(kAlignment, round_up(std::max<size_t>(bytes, 1)));
-    if (p == nullptr) throw std::bad_alloc();
-    return p;
-}
+thread_local const TessComputeContext* t_current_run = nullptr;
+thread_local MemoryBudget* t_current_budget = nullptr;
 
 void check(TessStatus* status, const std::string& what) { check_status(status, what); }
 
@@ -36,8 +33,10 @@ Binding bind_value(const TessValue* value) {
     return b;
 }
 
+OwnedOutputs::OwnedOutputs(size_t count) : bindings_(count), budget_(t_current_budget) {}
+
 OwnedOutputs::~OwnedOutputs() {
-    for (void* p : buffers_) std::free(p);
+    for (void* p : buffers_) free_buffer(budget_, p);
     for (TessValue* v : values_)
         if (v != nullptr) host().value_release(v);
 }
@@ -54,7 +53,7 @@ Tensor OwnedOutputs::allocate(size_t index, int32_t type, const Shape& shape) {
         b.tensor = tensor_of(v);
         return b.tensor;
     }
-    void* data = aligned_buffer(element_bytes(type, static_cast<size_t>(shape_size(shape))));
+    void* data = allocate_buffer(budget_, element_bytes(type, static_cast<size_t>(shape_size(shape))));
     buffers_.push_back(data);
     b.tensor = Tensor{type, shape, data, nullptr};
     return b.tensor;
@@ -96,10 +95,11 @@ struct Workspace {
     std::vector<int64_t> key;          // this run's plan key (capacity reused across runs)
     void* arena = nullptr;
     size_t arena_bytes = 0;
+    MemoryBudget* budget = nullptr;    // the session's: every buffer here is charged to it
 
     ~Workspace() {
-        std::free(arena);
-        for (void* p : heap) std::free(p);
+        free_buffer(budget, arena);
+        for (void* p : heap) free_buffer(budget, p);
     }
 
     // Frees the heap buffers no later step reads (a run without a plan yet would otherwise hold every
@@ -111,7 +111,7 @@ struct Workspace {
                 live_heap[kept++] = id;
                 continue;
             }
-            std::free(heap[id]);
+            free_buffer(budget, heap[id]);
             heap[id] = nullptr;
         }
         live_heap.resize(kept);
@@ -125,7 +125,7 @@ struct Workspace {
         buffer_last_use.assign(value_count, -1);
         bytes.assign(value_count, 0);
         owned.clear();
-        for (void* p : heap) std::free(p);
+        for (void* p : heap) free_buffer(budget, p);
         heap.assign(value_count, nullptr);
         live_heap.clear();
     }
@@ -134,7 +134,7 @@ struct Workspace {
         for (TessValue* v : owned) host().value_release(v);
         owned.clear();
         for (void*& p : heap) {
-            std::free(p);
+            free_buffer(budget, p);
             p = nullptr;
         }
         live_heap.clear();
@@ -201,7 +201,7 @@ public:
         if (plan_ != nullptr && plan_->offset[id] >= 0 && bytes <= plan_->size[id]) {
             t.data = static_cast<char*>(ws_.arena) + plan_->offset[id];
         } else {
-            t.data = aligned_buffer(bytes);
+            t.data = allocate_buffer(ws_.budget, bytes);
             ws_.heap[id] = t.data;
             ws_.live_heap.push_back(id);
         }
@@ -366,7 +366,9 @@ std::unique_ptr<Workspace> CompiledGraph::acquire() const {
             return ws;
         }
     }
-    return std::make_unique<Workspace>();
+    auto ws = std::make_unique<Workspace>();
+    ws->budget = budget_ != nullptr ? budget_ : t_current_budget;
+    return ws;
 }
 
 void CompiledGraph::release(std::unique_ptr<Workspace> ws) const {
@@ -453,12 +455,16 @@ void CompiledGraph::drop_released_constants() {
     }
 }
 
-namespace {
-thread_local const TessComputeContext* t_current_run = nullptr;
-}  // namespace
+RunScope::RunScope(const TessComputeContext* context, MemoryBudget* budget)
+    : previous_(t_current_run), previous_budget_(t_current_budget) {
+    t_current_run = context;
+    t_current_budget = budget;
+}
 
-RunScope::RunScope(const TessComputeContext* context) : previous_(t_current_run) { t_current_run = context; }
-RunScope::~RunScope() { t_current_run = previous_; }
+RunScope::~RunScope() {
+    t_current_run = previous_;
+    t_current_budget = previous_budget_;
+}
 
 void check_run_stop() {
     if (t_current_run == nullptr) return;
@@ -501,10 +507,10 @@ void CompiledGraph::run(const std::vector<Binding>& inputs, OutputSink& outputs,
         if (it != plans_.end()) plan = it->second;
     }
     if (plan && ws->arena_bytes < plan->arena_bytes) {
-        std::free(ws->arena);
+        free_buffer(ws->budget, ws->arena);
         ws->arena = nullptr;
         ws->arena_bytes = 0;
-        ws->arena = aligned_buffer(plan->arena_bytes);
+        ws->arena = allocate_buffer(ws->budget, plan->arena_bytes);
         ws->arena_bytes = plan->arena_bytes;
     }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "memory_budget.h"
 #include "kernel.h"
 #include "kernel_source.h"
 
@@ -40,7 +41,7 @@ public:
 // A sink that owns its outputs: what subgraph bodies write into.
 class OwnedOutputs final : public OutputSink {
 public:
-    explicit OwnedOutputs(size_t count) : bindings_(count) {}
+    explicit OwnedOutputs(size_t count);
     ~OwnedOutputs() override;
     OwnedOutputs(const OwnedOutputs&) = delete;
     OwnedOutputs& operator=(const OwnedOutputs&) = delete;
@@ -56,19 +57,22 @@ private:
     std::vector<Binding> bindings_;
     std::vector<void*> buffers_;
     std::vector<TessValue*> values_;
+    MemoryBudget* budget_;  // the session's, when made during one of its runs
 };
 
 // Marks the core compute call this thread is serving, so that graph runs on it (subgraph bodies included) can see
 // whether the run must stop.  Set by the plugin's compute entry for the duration of the call.
 class RunScope {
 public:
-    explicit RunScope(const TessComputeContext* context);
+    // `budget`: the session's memory budget, charged for subgraph outputs made on this thread (may be NULL).
+    RunScope(const TessComputeContext* context, MemoryBudget* budget);
     ~RunScope();
     RunScope(const RunScope&) = delete;
     RunScope& operator=(const RunScope&) = delete;
 
 private:
     const TessComputeContext* previous_;
+    MemoryBudget* previous_budget_;
 };
 
 // Throws RunStopped when the run this thread serves was terminated or passed its deadline.
@@ -77,6 +81,8 @@ void check_run_stop();
 class CompiledGraph {
 public:
     CompiledGraph(const TessGraphView& view, const KernelSource& source);
+    // Charges the run buffers to the session's budget (subgraph bodies use the budget of the run calling them).
+    void set_memory_budget(MemoryBudget* budget) { budget_ = budget; }
     ~CompiledGraph();
 
     // Inputs: the view's inputs in order, then the values named by outer_names().  `profile`: the compute context of
@@ -121,6 +127,7 @@ private:
     // The plan key of a run: element type and shape of every input (-1 marks an absent or non-tensor input).
     static void signature(const std::vector<Binding>& inputs, std::vector<int64_t>& key);
 
+    MemoryBudget* budget_ = nullptr;
     std::vector<ValueInfo> values_;
     std::vector<Step> steps_;
     std::vector<int> output_ids_;

@@ -36,6 +36,8 @@ template <typename Fn> TessStatus* guarded(Fn&& fn) noexcept {
         return host().status_create(TESS_STATUS_RUNTIME_ERROR, e.what());
     } catch (const RunStopped& e) {
         return host().status_create(TESS_STATUS_CANCELLED, e.what());
+    } catch (const MemoryLimitExceeded& e) {
+        return host().status_create(TESS_STATUS_OUT_OF_MEMORY, e.what());
     } catch (const std::exception& e) {
         return host().status_create(TESS_STATUS_INTERNAL, e.what());
     } catch (...) {
@@ -51,7 +53,9 @@ using namespace tessera::cpu;
 
 // The opaque handles of the provider ABI, defined by this provider.
 struct TessProviderInstance {
+    explicit TessProviderInstance(uint64_t memory_limit) : budget(memory_limit), allocator(&budget) {}
     std::unique_ptr<ThreadPool> pool;
+    MemoryBudget budget;  // the session's memory limit, over every buffer below
     CachingAllocator allocator;
     KernelSource kernels;  // the built-in registry plus the session's custom operators
 };
@@ -59,6 +63,7 @@ struct TessProviderInstance {
 struct TessCompiled {
     std::unique_ptr<CompiledGraph> graph;
     ThreadPool* pool = nullptr;  // the session's, owned by the instance
+    MemoryBudget* budget = nullptr;  // likewise
 };
 
 namespace {
@@ -95,7 +100,11 @@ namespace {
 TessStatus* create_instance(void*, const TessProviderOptions* options, TessProviderInstance** out) {
     return guarded([&] {
         int threads = options != nullptr && options->intra_op_threads > 0 ? options->intra_op_threads : 1;
-        auto instance = std::make_unique<TessProviderInstance>();
+        const uint64_t memory_limit =
+            options != nullptr && TESS_HAS_FIELD(options, TessProviderOptions, memory_limit_bytes)
+                ? options->memory_limit_bytes
+                : 0;
+        auto instance = std::make_unique<TessProviderInstance>(memory_limit);
         instance->pool = std::make_unique<ThreadPool>(threads);
         instance->kernels.registry = &plugin().registry;
         if (options != nullptr && TESS_HAS_FIELD(options, TessProviderOptions, custom_ops))
@@ -123,6 +132,8 @@ TessStatus* compile(TessProviderInstance* instance, const TessGraphView* graph, 
         compiled->graph = std::make_unique<CompiledGraph>(*graph, instance->kernels);
         compiled->graph->remember_constant_shapes(*graph);
         compiled->pool = instance->pool.get();
+        compiled->budget = &instance->budget;
+        compiled->graph->set_memory_budget(compiled->budget);
         *out = compiled.release();
     });
 }
@@ -134,7 +145,7 @@ TessStatus* compute(TessCompiled* compiled, TessComputeContext* context) {
         std::vector<Binding> inputs(host().compute_input_count(context));
         for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = bind_value(host().compute_input(context, i));
         CoreOutputs outputs(context);
-        const RunScope run(context);
+        const RunScope run(context, compiled->budget);
         compiled->graph->run(inputs, outputs, *compiled->pool, profiled(context) ? context : nullptr);
     });
 }

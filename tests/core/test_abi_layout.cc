@@ -80,7 +80,8 @@ static_assert(sizeof(TessHostApi) == 304);
 
 static_assert(offsetof(TessProviderOptions, intra_op_threads) == 8);
 static_assert(offsetof(TessProviderOptions, custom_ops) == 48);
-static_assert(sizeof(TessProviderOptions) == 56);
+static_assert(offsetof(TessProviderOptions, memory_limit_bytes) == 56);
+static_assert(sizeof(TessProviderOptions) == 64);
 
 static_assert(offsetof(TessProviderApi, name) == 8);
 static_assert(offsetof(TessProviderApi, check_available) == 24);

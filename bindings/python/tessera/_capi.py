@@ -19,7 +19,7 @@ import ctypes
 import ctypes.util
 import os
 import sys
-from ctypes import POINTER, c_char_p, c_int32, c_int64, c_size_t, c_uint32, c_void_p
+from ctypes import POINTER, c_char_p, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
 
 from .errors import error_for
 
@@ -157,6 +157,7 @@ _PROTOTYPES = {
     "tess_session_options_set_optimization_level": (Status, [Handle, c_int32]),
     "tess_session_options_set_profiling": (Status, [Handle, c_char_p]),
     "tess_session_options_set_optimized_model_path": (Status, [Handle, c_char_p]),
+    "tess_session_options_set_memory_limit": (Status, [Handle, c_uint64]),
     "tess_session_create": (Status, [Handle, c_char_p, Handle, POINTER(Handle)]),
     "tess_session_create_from_bytes": (Status, [Handle, c_void_p, c_size_t, c_char_p, Handle, POINTER(Handle)]),
     "tess_session_release": (None, [Handle]),

@@ -251,6 +251,9 @@ class InferenceSession:
             ``SessionOptions.optimized_model_filepath``.  Fused nodes keep the optimizer's ``ai.tessera`` domain, which
             Tessera runs; a model over 2 GiB keeps its larger initializers in ``<file>.data`` next to it.  A file
             that cannot be written fails session creation.
+        memory_limit_bytes: a limit on what each execution provider allocates while the session runs (outputs,
+            run buffers; not the weights): a run that would pass it raises :class:`tessera.OutOfMemory` and the
+            session stays usable.  0 (default): no limit.
 
     ``run`` may be called from several threads at once; the GIL is released while Tessera computes.
     """
@@ -259,7 +262,7 @@ class InferenceSession:
                  strict: bool = False, intra_op_threads: int = 0, optimization_level: int = 3,
                  plugin_path: str | Sequence[str] | None = None, environment: Environment | None = None,
                  enable_profiling: bool = False, profile_file: str | os.PathLike | None = None,
-                 optimized_model_filepath: str | os.PathLike | None = None) -> None:
+                 optimized_model_filepath: str | os.PathLike | None = None, memory_limit_bytes: int = 0) -> None:
         if environment is None:
             environment = Environment(plugin_path=plugin_path) if plugin_path else get_default_environment()
         elif plugin_path:
@@ -286,6 +289,10 @@ class InferenceSession:
             if optimized_model_filepath:
                 check(lib.tess_session_options_set_optimized_model_path(
                     options, os.fspath(optimized_model_filepath).encode("utf-8")))
+            if isinstance(memory_limit_bytes, bool) or not isinstance(memory_limit_bytes, int) \
+                    or not 0 <= memory_limit_bytes < 2**64:
+                raise InvalidArgument(f"memory_limit_bytes must be an int from 0 to 2**64-1, not {memory_limit_bytes!r}")
+            check(lib.tess_session_options_set_memory_limit(options, memory_limit_bytes))
             if hasattr(path_or_bytes, "SerializeToString"):  # onnx.ModelProto
                 path_or_bytes = path_or_bytes.SerializeToString()
             if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):

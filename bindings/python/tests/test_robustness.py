@@ -119,3 +119,23 @@ def test_absurd_thread_counts_are_refused_before_any_thread_starts(threads):
         tessera.InferenceSession(unary_model("Relu", shape=[1]), intra_op_threads=threads)
     session = tessera.InferenceSession(unary_model("Relu", shape=[1]), intra_op_threads=2)
     assert session.run(None, {"x": np.array([-1], np.float32)})[0].tolist() == [0]
+
+
+def test_a_run_that_would_pass_the_memory_limit_fails_cleanly_and_the_session_stays_usable():
+    # y = (x @ w) @ w2: the intermediate of a [n, 4096] x [4096, 4096] product is 64 MiB for n = 4096.
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [64, 4096], rng.standard_normal((64, 4096), np.float32).tobytes(),
+                           raw=True)
+    w2 = helper.make_tensor("w2", TensorProto.FLOAT, [4096, 1], rng.standard_normal((4096, 1), np.float32).tobytes(),
+                            raw=True)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("MatMul", ["h", "w2"], ["y"])],
+                       [tensor("x", shape=["n", 64])], [tensor("y", shape=["n", 1])], initializers=[w, w2])
+    session = tessera.InferenceSession(model, memory_limit_bytes=32 << 20)
+    with pytest.raises(tessera.OutOfMemory, match="memory limit of 33554432 bytes"):
+        session.run(None, {"x": np.ones((4096, 64), np.float32)})
+    small = rng.standard_normal((8, 64), np.float32)
+    (y,) = session.run(None, {"x": small})
+    reference = tessera.InferenceSession(model)
+    np.testing.assert_array_equal(y, reference.run(None, {"x": small})[0])
+    with pytest.raises(tessera.InvalidArgument, match="memory_limit_bytes"):
+        tessera.InferenceSession(model, memory_limit_bytes=-1)

@@ -238,6 +238,10 @@ typedef struct TessProviderOptions {
      * provider may claim the nodes they match and run them; others ignore them. */
     size_t custom_op_count;
     const struct TessCustomOpApi* const* custom_ops;
+    /* Appended in ABI 1 (check TESS_HAS_FIELD).  The session's memory limit in bytes (0: none): a provider keeps
+     * the memory it allocates for this instance (outputs, run buffers) within it and fails a run that would pass it
+     * with TESS_STATUS_OUT_OF_MEMORY, leaving the instance usable.  Since API 0.1. */
+    uint64_t memory_limit_bytes;
 } TessProviderOptions;
 
 typedef struct TessProviderApi {

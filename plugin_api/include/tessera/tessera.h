@@ -137,6 +137,11 @@ TESS_EXPORT TessStatus* tess_session_options_set_profiling(TessSessionOptions* o
  * The path is copied.  Since API 0.1. */
 TESS_EXPORT TessStatus* tess_session_options_set_optimized_model_path(TessSessionOptions* options,
                                                                       const char* file_path);
+/* A memory limit in bytes for what each execution provider allocates while the session runs (outputs, run arenas,
+ * intermediates; not the weights, which are loaded before): a run that would pass it fails with
+ * TESS_STATUS_OUT_OF_MEMORY and the session stays usable.  0 (default): no limit.  Providers built before API 0.1
+ * ignore it.  Since API 0.1. */
+TESS_EXPORT TessStatus* tess_session_options_set_memory_limit(TessSessionOptions* options, uint64_t bytes);
 
 /* ---- Sessions ---------------------------------------------------------------------------------------------- */
 
