@@ -1,0 +1,53 @@
+// The intra-op thread pool: a failure to start its threads is one clean error, never a hang or a crash.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "thread_pool.h"
+
+namespace {
+
+// Bytes of address space the process uses now (from /proc/self/statm, in pages).
+size_t address_space_bytes() {
+    size_t pages = 0;
+    std::ifstream("/proc/self/statm") >> pages;
+    return pages * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// In a child process whose address space leaves room for a few thread stacks only, asks for 64 threads: the
+// constructor must throw (before the fix it destroyed the condition variable its started workers waited on, and
+// never returned).  An alarm turns a hang into a failure.
+void start_more_threads_than_memory_allows() {
+    ::alarm(30);
+    rlimit limit{};
+    limit.rlim_cur = limit.rlim_max = address_space_bytes() + (48u << 20);
+    if (::setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(3);
+    try {
+        tessera::cpu::ThreadPool pool(64);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s\n", e.what());
+        std::_Exit(std::string(e.what()).find("cannot start intra-op thread") != std::string::npos ? 0 : 2);
+    }
+    std::_Exit(1);  // every thread started: the limit did not bite
+}
+
+}  // namespace
+
+TEST(ThreadPoolDeathTest, ThreadCreationFailureIsACleanError) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(start_more_threads_than_memory_allows(), ::testing::ExitedWithCode(0), "cannot start intra-op thread");
+}
+
+TEST(ThreadPool, RunsEveryIndexOnce) {
+    tessera::cpu::ThreadPool pool(4);
+    std::vector<int> hits(1000, 0);
+    pool.parallel_for(1000, 7, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) ++hits[static_cast<size_t>(i)];
+    });
+    for (int h : hits) EXPECT_EQ(h, 1);
+}
