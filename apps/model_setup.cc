@@ -1,10 +1,13 @@
 // What `tessera run` and `tessera bench` share; see model_setup.h.
 #include "model_setup.h"
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <regex>
 
 #include "default_model.h"
+#include "numpy_io.h"
 #include "onnx_io.h"
 
 namespace fs = std::filesystem;
@@ -153,6 +156,98 @@ std::vector<Value> read_inputs(const std::string& dir, const std::vector<ValueIn
         throw Error(TESS_STATUS_INVALID_ARGUMENT, "'" + dir + "' holds " + std::to_string(file_count) +
                                                       " input_*.pb files but the model has " +
                                                       std::to_string(inputs.size()) + " inputs");
+    return values;
+}
+
+// ---- Input files -------------------------------------------------------------------------------------------------
+
+namespace {
+
+bool ends_with(const std::string& s, const char* suffix) {
+    const size_t n = std::strlen(suffix);
+    return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+Value checked(Value value, const std::string& path, const ValueInfo& declared) {
+    const std::string mismatch = onnx_io::check_matches(value, declared);
+    if (!mismatch.empty())
+        throw Error(TESS_STATUS_INVALID_ARGUMENT, "'" + path + "' does not fit input '" + declared.name + "' (" +
+                                                      onnx_io::describe_type(declared) + "): " + mismatch);
+    return value;
+}
+
+}  // namespace
+
+Value load_input_file(const std::string& path, const ValueInfo& declared) {
+    try {
+        Value value = ends_with(path, ".npy") ? numpy_io::load_npy(path) : onnx_io::load_value(path, declared);
+        return checked(std::move(value), path, declared);
+    } catch (const Error& e) {
+        rethrow_in("input '" + declared.name + "'", e);
+    }
+}
+
+bool InputFlags::parse(Args& args) {
+    std::string value;
+    if (args.option("--inputs", inputs)) return true;
+    if (!args.option("--input", value)) return false;
+    const size_t eq = value.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == value.size())
+        throw UsageError("option '--input' wants NAME=FILE, got '" + value + "'");
+    files.emplace_back(value.substr(0, eq), value.substr(eq + 1));
+    return true;
+}
+
+const char* InputFlags::help() {
+    return "  --input NAME=FILE   the value of input NAME from a .npy file or a .pb file (TensorProto, SequenceProto\n"
+           "                      or OptionalProto, as the input's type says); repeatable\n"
+           "  --inputs DIR|NPZ    input_0.pb, input_1.pb, ... of a test_data_set folder, for the inputs in order; or\n"
+           "                      an .npz archive (numpy.savez) holding the inputs by name (or arr_0, arr_1, ...\n"
+           "                      by position); inputs given no file are generated: float tensors hold\n"
+           "                      arange(n)/n, others zeros, unknown dimensions count as 1 unless --shape/--dim\n";
+}
+
+std::vector<Value> InputFlags::collect(const std::vector<ValueInfo>& inputs, std::vector<bool>& generated) const {
+    std::vector<Value> values(inputs.size());
+    std::vector<bool> given(inputs.size(), false);
+    auto index_of = [&](const std::string& name, const std::string& source) {
+        for (size_t k = 0; k < inputs.size(); ++k)
+            if (inputs[k].name == name) return k;
+        throw Error(TESS_STATUS_INVALID_ARGUMENT, source + ": the model has no input named '" + name +
+                                                      "' (inputs: " + input_names(inputs) + ")");
+    };
+    if (!inputs.empty() && !this->inputs.empty()) {
+        if (ends_with(this->inputs, ".npz")) {
+            auto arrays = numpy_io::load_npz(this->inputs);
+            for (size_t a = 0; a < arrays.size(); ++a) {
+                auto& [name, value] = arrays[a];
+                const bool positional = name == "arr_" + std::to_string(a) && a < inputs.size() &&
+                                        std::none_of(inputs.begin(), inputs.end(),
+                                                     [&](const ValueInfo& i) { return i.name == name; });
+                const size_t k = positional ? a : index_of(name, "'" + this->inputs + "' array '" + name + "'");
+                values[k] = checked(std::move(value), this->inputs + ":" + name, inputs[k]);
+                given[k] = true;
+            }
+        } else {
+            values = read_inputs(this->inputs, inputs);
+            given.assign(inputs.size(), true);
+        }
+    }
+    for (const auto& [name, path] : files) {
+        const size_t k = index_of(name, "--input " + name);
+        values[k] = load_input_file(path, inputs[k]);
+        given[k] = true;
+    }
+    generated.assign(inputs.size(), false);
+    for (size_t k = 0; k < inputs.size(); ++k) {
+        if (given[k]) continue;
+        try {
+            values[k] = onnx_io::generated_input(inputs[k]);
+        } catch (const Error& e) {
+            rethrow_in("cannot generate input '" + inputs[k].name + "'", e);
+        }
+        generated[k] = true;
+    }
     return values;
 }
 

@@ -33,6 +33,22 @@ struct ShapeFlags {
     static const char* help();
 };
 
+// --input NAME=FILE (a .npy or .pb file for one input; repeatable) and --inputs DIR|FILE.npz (input_K.pb files of
+// a test_data_set folder, or the arrays of an .npz archive by input name, or arr_K by position as np.savez names
+// unnamed arrays).  Inputs given neither way are generated (generate_inputs).
+struct InputFlags {
+    std::vector<std::pair<std::string, std::string>> files;  // input name -> file
+    std::string inputs;                                       // DIR or FILE.npz; "" when not given
+
+    bool parse(Args& args);
+    // One value per declared input, each checked against its declaration; `generated` is set for those made up.
+    std::vector<Value> collect(const std::vector<ValueInfo>& inputs, std::vector<bool>& generated) const;
+    static const char* help();
+};
+
+// Loads the value in `path` (.npy, or a .pb file read as `declared` says) for `declared`, checked against it.
+Value load_input_file(const std::string& path, const ValueInfo& declared);
+
 // The graph inputs a run feeds: those without an initializer.  `model` empty: the embedded default model.
 std::vector<ValueInfo> inputs_to_feed(const std::optional<std::string>& model);
 // The input_K.pb files of `dir`, checked against the graph inputs: one file per input, no gaps, no extras.

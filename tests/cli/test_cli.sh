@@ -154,5 +154,34 @@ sys.exit(0 if r['ok'] and len(providers) >= 2 and copies == r['copy_count'] > 0 
 fi
 bad "inspect without a model" inspect
 
+# Real inputs and reference checks: .npy/.npz inputs, --shape for a dynamic model, --output-dir, --check.
+python3 -c "
+import numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto as T
+nodes = [helper.make_node('Mul', ['x', 'two'], ['t']), helper.make_node('Add', ['t', 'b'], ['y'])]
+g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, ['N', 3]),
+                                   helper.make_tensor_value_info('b', T.FLOAT, [3])],
+                      [helper.make_tensor_value_info('y', T.FLOAT, ['N', 3])],
+                      initializer=[numpy_helper.from_array(np.array([2], np.float32), 'two')])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), '$work/dyn.onnx')
+x = np.arange(12, dtype=np.float32).reshape(4, 3); b = np.array([1, 2, 3], np.float32)
+np.save('$work/x.npy', x); np.save('$work/b.npy', b); np.save('$work/x_wrong.npy', np.zeros((2, 4), np.float32))
+np.savez('$work/in.npz', x=x, b=b); np.savez('$work/ref.npz', y=x * 2 + b); np.savez('$work/bad.npz', y=x * 2 + b + 0.5)"
+"$tessera" run "$work/dyn.onnx" --shape x=5x3 > "$work/shape.txt" 2>&1
+check "--shape fixes a dynamic dimension" grep -q "x: tensor(float) \[5, 3\] (generated)" "$work/shape.txt"
+check "--input .npy and --check .npz pass" "$tessera" run "$work/dyn.onnx" --input x="$work/x.npy" \
+  --input b="$work/b.npy" --check "$work/ref.npz" --output-dir "$work/npy_out"
+check "--output-dir writes NAME.npy" python3 -c "
+import numpy as np, sys
+sys.exit(0 if np.array_equal(np.load('$work/npy_out/y.npy'), np.load('$work/ref.npz')['y']) else 1)"
+"$tessera" run "$work/dyn.onnx" --inputs "$work/in.npz" --check "$work/bad.npz" > "$work/check.txt" 2>&1; status=$?
+check "--check against a wrong reference exits 1" test $status -eq 1
+check "--check prints the largest error" grep -q "y: MISMATCH (largest error 0.5" "$work/check.txt"
+check "--check passes on a conformance case" "$tessera" run "$case_dir/model.onnx" \
+  --inputs "$case_dir/test_data_set_0" --check "$case_dir/test_data_set_0"
+bad "--input of an unknown name" run "$work/dyn.onnx" --input z="$work/x.npy"
+bad "--input of the wrong shape" run "$work/dyn.onnx" --input x="$work/x_wrong.npy"
+check "wrong shape names expected and given" grep -q "expected shape \[N, 3\], got \[2, 4\]" "$work/err.txt"
+
 echo "$passed passed, $failures failed"
 [ $failures -eq 0 ]
