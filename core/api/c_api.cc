@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "session/session.h"
 #include "tessera/tessera.h"
+#include "tessera/version.h"
 
 using namespace tessera;
 
@@ -46,7 +47,7 @@ void check_profile_path(const TessSessionOptions* options) {
 
 extern "C" {
 
-TESS_EXPORT const char* tess_version(void) { return "0.1.0"; }
+TESS_EXPORT const char* tess_version(void) { return TESS_VERSION_STRING; }
 
 TESS_EXPORT TessStatusCode tess_status_code(const TessStatus* status) {
     return status == nullptr ? TESS_STATUS_OK : status->code;

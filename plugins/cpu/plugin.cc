@@ -9,6 +9,7 @@
 #include "graph_executor.h"
 #include "host.h"
 #include "kernels/all_kernels.h"
+#include "tessera/version.h"
 #include "util/gemm.h"
 
 namespace tessera::cpu {
@@ -205,7 +206,7 @@ extern "C" TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host_api
         exports->abi_version = TESS_PLUGIN_ABI_VERSION_MAX < host_api->abi_version_max ? TESS_PLUGIN_ABI_VERSION_MAX
                                                                                       : host_api->abi_version_max;
         exports->name = "tessera-cpu";
-        exports->version = "0.1.0";
+        exports->version = TESS_VERSION_STRING;
         exports->provider_count = 1;
         exports->providers = kProviders;
     });

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "impl_api.h"
+#include "tessera/version.h"
 
 namespace {
 
@@ -160,7 +161,7 @@ extern "C" TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host, Te
         return host->status_create(TESS_STATUS_ABI_MISMATCH, "the cuda provider speaks plugin ABI 1");
     exports->abi_version = 1;
     exports->name = "tessera-cuda";
-    exports->version = "0.1.0";
+    exports->version = TESS_VERSION_STRING;
     exports->provider_count = 1;
     exports->providers = kProviders;
     return nullptr;

@@ -24,7 +24,9 @@ from .errors import (AbiMismatch, Cancelled, InternalError, InvalidArgument, Inv
 from .session import (Environment, InferenceSession, LogLevel, NodeArg, RunOptions, get_available_providers,
                       get_default_environment, plugins)
 
-__version__ = "0.1.0"
+# The package is a thin layer over libtessera and carries its version (CMake's project version, the one place it
+# is written; tests/python check that pyproject.toml agrees).
+__version__ = _capi.version()
 
 #: Path of the loaded ``libtessera``.
 library_path = _capi.LIBRARY_PATH

@@ -163,3 +163,14 @@ def test_dtypes_round_trip(dtype):
     (y,) = session.run(None, {"x": x})
     assert y.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(y, x)
+
+
+def test_the_version_is_written_once():
+    # CMake's project() version feeds tessera/version.h, tess_version() and tessera.__version__; pyproject.toml
+    # cannot read it, so this keeps it in step.
+    import pathlib
+    import re
+    root = pathlib.Path(__file__).resolve().parents[3]
+    cmake = re.search(r"project\(Tessera VERSION (\S+)", (root / "CMakeLists.txt").read_text()).group(1)
+    pyproject = re.search(r'^version = "([^"]+)"', (root / "bindings/python/pyproject.toml").read_text(), re.M).group(1)
+    assert tessera.__version__ == tessera.library_version() == cmake == pyproject

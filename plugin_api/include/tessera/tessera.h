@@ -23,7 +23,7 @@ extern "C" {
 #define TESS_API_VERSION_MINOR 1
 #define TESS_API_VERSION_PATCH 0
 
-/* The library's version string ("0.1.0"); static. */
+/* The library's version string, TESS_VERSION_STRING of tessera/version.h ("0.1.0"); static. */
 TESS_EXPORT const char* tess_version(void);
 
 /* ---- Status ------------------------------------------------------------------------------------------------ */
