@@ -318,14 +318,6 @@ std::string provider_color(const Plan& plan, const std::string& provider) {
     return palette[k % (sizeof palette / sizeof palette[0])];
 }
 
-// Edge labels list at most a few tensor names.
-std::string edge_label(const std::vector<std::string>& tensors, bool copy) {
-    std::string label = copy ? "copy: " : "";
-    for (size_t i = 0; i < tensors.size() && i < 3; ++i) label += (i ? "\\n" : "") + tensors[i];
-    if (tensors.size() > 3) label += "\\n+" + std::to_string(tensors.size() - 3) + " more";
-    return label;
-}
-
 std::string label_escape(const std::string& text) {
     std::string out;
     for (const char c : text) {
@@ -333,6 +325,15 @@ std::string label_escape(const std::string& text) {
         out += c;
     }
     return out;
+}
+
+// Edge labels list at most a few tensor names, one per line: the names are escaped, the line breaks ("\n" in DOT)
+// are not.
+std::string edge_label(const std::vector<std::string>& tensors, bool copy) {
+    std::string label = copy ? "copy: " : "";
+    for (size_t i = 0; i < tensors.size() && i < 3; ++i) label += (i ? "\\n" : "") + label_escape(tensors[i]);
+    if (tensors.size() > 3) label += "\\n+" + std::to_string(tensors.size() - 3) + " more";
+    return label;
 }
 
 std::string make_dot(const Outcome& o) {
@@ -399,7 +400,7 @@ std::string make_dot(const Outcome& o) {
         edges[{source, "out_" + std::to_string(i), copied ? int(*copied) : -1}].push_back(name);
     }
     for (const auto& [key, tensors] : edges) {
-        std::string attributes = "label=\"" + label_escape(edge_label(tensors, key.copy == 1)) + "\"";
+        std::string attributes = "label=\"" + edge_label(tensors, key.copy == 1) + "\"";
         if (key.copy == 1) attributes += ", style=dashed, color=red, fontcolor=red, penwidth=1.5";
         dot += "  " + key.from + " -> " + key.to + " [" + attributes + "];\n";
     }
@@ -439,7 +440,6 @@ int inspect_command(Args& args) {
         std::fputs(EnvFlags::help(), stdout);
         return 0;
     }
-    if (!fs::exists(*flags.model)) throw Error(TESS_STATUS_NOT_FOUND, "model file '" + *flags.model + "' does not exist");
 
     Env env(flags.env.options());
     Outcome outcome;
@@ -454,8 +454,9 @@ int inspect_command(Args& args) {
         outcome.plan = make_plan(session);
     } catch (const Error& e) {
         // Unclaimed nodes (NOT_IMPLEMENTED) and unusable providers in strict mode are what inspect is asked about:
-        // report them.  Anything else (a broken model) is an ordinary error.
-        if (e.code() != TESS_STATUS_NOT_IMPLEMENTED && e.code() != TESS_STATUS_UNAVAILABLE) throw;
+        // report them.  Anything else (a broken model) is an ordinary error, which --json still reports as JSON so
+        // that a tool reading it always gets an object.
+        if (e.code() != TESS_STATUS_NOT_IMPLEMENTED && e.code() != TESS_STATUS_UNAVAILABLE && !flags.json) throw;
         outcome.error = e;
     }
 

@@ -48,7 +48,11 @@ Session::Session(TessEnv& env, LoadedModel model, const TessSessionOptions& opti
     context.placement = [this](const Graph& graph, const std::vector<size_t>& nodes) {
         return place_nodes(graph, nodes);
     };
+    const size_t nodes_before = graph_.nodes.size();
     optimize(graph_, context, optimization_level_from_int(options.optimization_level));
+    log_message(TESS_LOG_INFO, "session",
+                fmt::format("graph optimization (level {}): {} nodes -> {} in {:.1f} ms", options.optimization_level,
+                            nodes_before, graph_.nodes.size(), (Profiler::now_ns() - optimize_start) / 1e6));
     profile_phase("optimize", optimize_start,
                   fmt::format("{{\"level\":{},\"nodes\":{}}}", options.optimization_level, graph_.nodes.size()));
     if (!options.optimized_model_path.empty()) {  // the optimized graph, before partitioning (tessera.h)
@@ -58,6 +62,14 @@ Session::Session(TessEnv& env, LoadedModel model, const TessSessionOptions& opti
     }
     compile(options);
     profile_phase("compile", partition_end_ns_, fmt::format("{{\"partitions\":{}}}", executor_->partitions().size()));
+    std::string plan;
+    for (const auto& part : executor_->partitions())
+        plan += fmt::format("{}{} ({} nodes)", plan.empty() ? "" : ", ", part.instance->provider().name,
+                            part.nodes.size());
+    log_message(TESS_LOG_INFO, "session",
+                fmt::format("{} partition{}: {}; compiled in {:.1f} ms", executor_->partitions().size(),
+                            executor_->partitions().size() == 1 ? "" : "s", plan,
+                            (Profiler::now_ns() - partition_end_ns_) / 1e6));
 }
 
 // Profiling (exec/profiler.h): the profiler starts with session creation, its origin when loading began.

@@ -183,5 +183,16 @@ bad "--input of an unknown name" run "$work/dyn.onnx" --input z="$work/x.npy"
 bad "--input of the wrong shape" run "$work/dyn.onnx" --input x="$work/x_wrong.npy"
 check "wrong shape names expected and given" grep -q "expected shape \[N, 3\], got \[2, 4\]" "$work/err.txt"
 
+# inspect --json answers with JSON even when the model does not parse.
+"$tessera" inspect --json "$work/x.npy" > "$work/inspect.json" 2> /dev/null; status=$?
+check "inspect --json of a broken model exits 1" test $status -eq 1
+check "inspect --json of a broken model is JSON with the error" python3 -c "
+import json, sys
+r = json.load(open('$work/inspect.json'))
+sys.exit(0 if r['ok'] is False and r['error']['code'] == 'INVALID_MODEL' else 1)"
+
+"$tessera" run --log-level info > /dev/null 2> "$work/info.txt"
+check "--log-level info reports the optimizer and the partitions" grep -q "partition: cpu" "$work/info.txt"
+
 echo "$passed passed, $failures failed"
 [ $failures -eq 0 ]
