@@ -525,3 +525,30 @@ TEST(SampleProvider, EmptyTensors) {
 }
 
 }  // namespace
+
+// The C++ wrapper's run() overloads: a braced list of values, a vector of owned values and run options all resolve
+// (a braced list used to be ambiguous between the ValueView and Value vectors).
+TEST(CppWrapper, RunOverloadsResolve) {
+    Random random(5);
+    ModelBuilder b(13);
+    b.node("Relu", {b.input("x", {2, 3}, random)}, "y");
+    b.output("y");
+    const std::string bytes = b.bytes();
+    Env env = make_env();
+    Session session = Session::from_bytes(env, bytes.data(), bytes.size());
+    Value x = Value::tensor(TESS_ELEMENT_FLOAT32, {2, 3});
+    x.data<float>()[1] = 2.0f;
+    x.data<float>()[2] = -2.0f;
+    const std::vector<Value> braced = session.run({"x"}, {x});
+    std::vector<Value> owned;
+    owned.push_back(Value::tensor(TESS_ELEMENT_FLOAT32, {2, 3}));
+    owned[0].data<float>()[1] = 2.0f;
+    const std::vector<Value> from_vector = session.run({"x"}, owned);
+    tessera::RunOptions options;
+    const std::vector<Value> with_options = session.run_with(options, {{"x", x}});
+    for (const auto* out : {&braced, &from_vector, &with_options}) {
+        ASSERT_EQ(out->size(), 1u);
+        EXPECT_EQ((*out)[0].data<float>()[1], 2.0f);
+        EXPECT_EQ((*out)[0].data<float>()[2], 0.0f);
+    }
+}

@@ -21,6 +21,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -570,7 +571,10 @@ public:
         for (const ValueView& v : inputs) handles.push_back(v.get());
         return run_handles(input_names, handles, output_names);
     }
-    std::vector<Value> run(const std::vector<std::string>& input_names, const std::vector<Value>& inputs,
+    // The same for a vector of owned values.  A template only so that a braced list (`run({"x"}, {x})`) picks the
+    // overload above instead of being ambiguous: braced lists never deduce a template argument.
+    template <typename V, typename = std::enable_if_t<std::is_same_v<V, Value>>>
+    std::vector<Value> run(const std::vector<std::string>& input_names, const std::vector<V>& inputs,
                            const std::vector<std::string>& output_names = {}) const {
         return run(input_names, std::vector<ValueView>(inputs.begin(), inputs.end()), output_names);
     }
