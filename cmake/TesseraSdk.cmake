@@ -44,3 +44,15 @@ file(RELATIVE_PATH TESSERA_PC_PREFIX_FROM_PCDIR "/prefix/${CMAKE_INSTALL_LIBDIR}
 string(REGEX REPLACE "/$" "" TESSERA_PC_PREFIX_FROM_PCDIR "${TESSERA_PC_PREFIX_FROM_PCDIR}")
 configure_file(${CMAKE_CURRENT_LIST_DIR}/tessera.pc.in ${PROJECT_BINARY_DIR}/sdk/tessera.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/sdk/tessera.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+# The build tree gets its own, with absolute paths: PKG_CONFIG_PATH=build/lib/pkgconfig builds against a build
+# without installing it (headers from the source tree and the generated ones, the library from build/lib).
+file(WRITE ${PROJECT_BINARY_DIR}/lib/pkgconfig/tessera.pc
+"libdir=${PROJECT_BINARY_DIR}/lib
+plugindir=\${libdir}/tessera/plugins
+
+Name: Tessera (build tree)
+Description: ONNX inference runtime whose every device is a plugin (a plugin needs only --cflags)
+Version: ${PROJECT_VERSION}
+Libs: -L\${libdir} -Wl,-rpath,\${libdir} -ltessera
+Cflags: -I${PROJECT_SOURCE_DIR}/plugin_api/include -I${PROJECT_BINARY_DIR}/include
+")

@@ -17,7 +17,7 @@ check() {  # check NAME COMMAND... : the command must succeed
 "$cmake" --install "$build" --prefix "$work/stage" > "$work/install.log" 2>&1
 check "cmake --install succeeds" test $? -eq 0
 for f in bin/tessera lib/libtessera.so include/tessera/tessera.h include/tessera/provider.h \
-         include/tessera/custom_op.h include/tessera/common.h include/tessera/tessera.hpp \
+         include/tessera/custom_op.h include/tessera/common.h include/tessera/tessera.hpp include/tessera/version.h \
          lib/tessera/plugins/libtessera_cpu.so lib/cmake/Tessera/TesseraConfig.cmake \
          lib/cmake/Tessera/TesseraConfigVersion.cmake lib/cmake/Tessera/TesseraTargets.cmake \
          lib/cmake/Tessera/tessera-plugin.map lib/pkgconfig/tessera.pc; do
@@ -70,11 +70,20 @@ int main(void) {
 C
 export PKG_CONFIG_PATH="$sdk/lib/pkgconfig"
 version=$(pkg-config --modversion tessera)
+# No rpath of its own: the .pc file's Libs carry it.
 cc -std=c99 -Wall -Werror -DTESSERA_EXPECTED_VERSION="\"$version\"" "$work/consumer.c" -o "$work/consumer" \
-  $(pkg-config --cflags --libs tessera) -Wl,-rpath,"$(pkg-config --variable=libdir tessera)" > "$work/cc.log" 2>&1
+  $(pkg-config --cflags --libs tessera) > "$work/cc.log" 2>&1
 check "pkg-config builds a consumer" test $? -eq 0
 check "the consumer runs against the installed library and its plugins" \
   sh -c "env -u TESSERA_PLUGIN_PATH '$work/consumer' | grep -q \"^tessera $version, [1-9]\""
+
+# The build tree's own .pc file serves the same consumer without installing.
+export PKG_CONFIG_PATH="$build/lib/pkgconfig"
+cc -std=c99 -Wall -Werror -DTESSERA_EXPECTED_VERSION="\"$version\"" "$work/consumer.c" -o "$work/consumer_build" \
+  $(pkg-config --cflags --libs tessera) > "$work/cc_build.log" 2>&1
+check "the build tree's pkg-config file builds a consumer" test $? -eq 0
+check "that consumer runs against the build tree" \
+  sh -c "env -u TESSERA_PLUGIN_PATH '$work/consumer_build' | grep -q \"^tessera $version, [1-9]\""
 
 echo "$passed passed, $failures failed"
 [ $failures -eq 0 ]
