@@ -347,6 +347,30 @@ TESS_EXPORT TessStatus* tess_session_partition_info(const TessSession* s, size_t
     });
 }
 
+TESS_EXPORT TessStatus* tess_session_model_metadata(const TessSession* session, TessModelMetadata* out) {
+    return guarded([&] {
+        require(session, "session");
+        require(out, "out");
+        if (out->struct_size < sizeof(size_t))
+            fail(TESS_STATUS_INVALID_ARGUMENT, "TessModelMetadata.struct_size is not set");
+        const Session& s = *session->impl;
+        const ModelMetadata& m = s.metadata();
+        TessModelMetadata info{};
+        info.struct_size = std::min(out->struct_size, sizeof(TessModelMetadata));
+        info.producer_name = m.producer_name.c_str();
+        info.producer_version = m.producer_version.c_str();
+        info.domain = m.domain.c_str();
+        info.description = m.description.c_str();
+        info.graph_name = m.graph_name.c_str();
+        info.graph_description = m.graph_description.c_str();
+        info.model_version = m.model_version;
+        info.custom_count = m.custom.size();
+        info.custom_keys = s.metadata_keys().data();
+        info.custom_values = s.metadata_values().data();
+        std::memcpy(out, &info, info.struct_size);
+    });
+}
+
 struct TessRunOptions {
     std::atomic<bool> terminate{false};
     int64_t timeout_ms = 0;

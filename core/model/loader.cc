@@ -218,6 +218,15 @@ LoadedModel load(onnx::ModelProto& model, std::optional<fs::path> base_dir) {
     LoadedModel loaded;
     loaded.ir_version = model.ir_version();
     loaded.producer = model.producer_name();
+    ModelMetadata& meta = loaded.metadata;
+    meta.producer_name = model.producer_name();
+    meta.producer_version = model.producer_version();
+    meta.domain = model.domain();
+    meta.description = model.doc_string();
+    meta.graph_name = model.graph().name();
+    meta.graph_description = model.graph().doc_string();
+    meta.model_version = model.model_version();
+    for (const auto& prop : model.metadata_props()) meta.custom.emplace_back(prop.key(), prop.value());
     ExternalDataPolicy policy{std::move(base_dir)};
     loaded.graph = build_model_graph(model, policy);
     return loaded;

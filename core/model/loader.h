@@ -11,10 +11,18 @@
 
 namespace tessera {
 
+// What a model says about itself (ModelProto's descriptive fields and metadata_props), for callers to read.
+struct ModelMetadata {
+    std::string producer_name, producer_version, domain, description, graph_name, graph_description;
+    int64_t model_version = 0;
+    std::vector<std::pair<std::string, std::string>> custom;  // metadata_props, in model order
+};
+
 struct LoadedModel {
     Graph graph;
     int64_t ir_version = 0;
     std::string producer;
+    ModelMetadata metadata;
 };
 
 // Supported ModelProto.ir_version range.

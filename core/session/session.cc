@@ -32,7 +32,11 @@ IoInfo make_io_info(const Graph& graph, const std::string& name) {
 }  // namespace
 
 Session::Session(TessEnv& env, LoadedModel model, const TessSessionOptions& options, int64_t load_start_ns)
-    : graph_(std::move(model.graph)) {
+    : graph_(std::move(model.graph)), metadata_(std::move(model.metadata)) {
+    for (const auto& [key, value] : metadata_.custom) {
+        metadata_keys_.push_back(key.c_str());
+        metadata_values_.push_back(value.c_str());
+    }
     start_profiling(options, load_start_ns);
     const int64_t providers_start = Profiler::now_ns();
     custom_ops_ = env.plugins.custom_ops();

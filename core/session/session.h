@@ -49,6 +49,7 @@ class Session {
 public:
     // `load_start_ns` (Profiler::now_ns): when loading `model` began, for the profile's "load" phase; 0: unknown.
     Session(TessEnv& env, LoadedModel model, const TessSessionOptions& options, int64_t load_start_ns = 0);
+    const ModelMetadata& metadata() const { return metadata_; }
     ~Session();
 
     // `control` (may be NULL) can stop the run early with a CANCELLED error.
@@ -82,6 +83,15 @@ private:
     std::vector<InstanceRef> instances_;  // priority order
     std::unique_ptr<Executor> executor_;
     std::vector<IoInfo> inputs_, outputs_;
+    ModelMetadata metadata_;
+    std::vector<const char*> metadata_keys_, metadata_values_;  // behind TessModelMetadata
+
+public:
+    // The pointers of TessModelMetadata, valid for the session's lifetime.
+    const std::vector<const char*>& metadata_keys() const { return metadata_keys_; }
+    const std::vector<const char*>& metadata_values() const { return metadata_values_; }
+
+private:
 
     // Profiling: NULL when off.  It refers to nothing else here; destroyed first, it writes the trace if end() has not.
     std::unique_ptr<Profiler> profiler_;

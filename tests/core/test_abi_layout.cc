@@ -42,6 +42,12 @@ static_assert(offsetof(TessPartitionInfo, copy_count) == 72);
 static_assert(offsetof(TessPartitionInfo, input_copied) == 88);
 static_assert(sizeof(TessPartitionInfo) == 96);
 
+static_assert(offsetof(TessModelMetadata, producer_name) == 8);
+static_assert(offsetof(TessModelMetadata, model_version) == 56);
+static_assert(offsetof(TessModelMetadata, custom_count) == 64);
+static_assert(offsetof(TessModelMetadata, custom_values) == 80);
+static_assert(sizeof(TessModelMetadata) == 88);
+
 static_assert(offsetof(TessValueView, name) == 8);
 static_assert(offsetof(TessValueView, kind) == 16);
 static_assert(offsetof(TessValueView, rank) == 24);

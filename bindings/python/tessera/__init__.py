@@ -21,8 +21,10 @@ from . import _capi
 from ._values import live_output_values
 from .errors import (AbiMismatch, Cancelled, InternalError, InvalidArgument, InvalidModel, NotFound, NotImplemented,
                      OutOfMemory, RuntimeException, StatusCode, TesseraError, Unavailable)
+from ._ort import (ExecutionMode, ExecutionOrder, GraphOptimizationLevel, ModelMetadata, OrtValue, SessionOptions,
+                   set_default_logger_severity, set_default_logger_verbosity)
 from .session import (Environment, InferenceSession, LogLevel, NodeArg, RunOptions, get_available_providers,
-                      get_default_environment, plugins)
+                      get_default_environment, get_device, plugins)
 
 # The package is a thin layer over libtessera and carries its version (CMake's project version, the one place it
 # is written; tests/python check that pyproject.toml agrees).
@@ -46,6 +48,15 @@ __all__ = [
     "LogLevel",
     "NodeArg",
     "RunOptions",
+    "SessionOptions",
+    "GraphOptimizationLevel",
+    "ExecutionMode",
+    "ExecutionOrder",
+    "ModelMetadata",
+    "OrtValue",
+    "get_device",
+    "set_default_logger_severity",
+    "set_default_logger_verbosity",
     "get_available_providers",
     "get_default_environment",
     "plugins",

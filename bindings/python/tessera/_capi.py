@@ -134,6 +134,22 @@ class PartitionInfo(_Sized):
     ]
 
 
+class ModelMetadata(_Sized):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("producer_name", c_char_p),
+        ("producer_version", c_char_p),
+        ("domain", c_char_p),
+        ("description", c_char_p),
+        ("graph_name", c_char_p),
+        ("graph_description", c_char_p),
+        ("model_version", c_int64),
+        ("custom_count", c_size_t),
+        ("custom_keys", POINTER(c_char_p)),
+        ("custom_values", POINTER(c_char_p)),
+    ]
+
+
 # ---- Prototypes --------------------------------------------------------------------------------------------------
 
 _PROTOTYPES = {
@@ -166,6 +182,7 @@ _PROTOTYPES = {
     "tess_session_input_info": (Status, [Handle, c_size_t, POINTER(ValueInfo)]),
     "tess_session_output_info": (Status, [Handle, c_size_t, POINTER(ValueInfo)]),
     "tess_session_partition_count": (c_size_t, [Handle]),
+    "tess_session_model_metadata": (Status, [Handle, POINTER(ModelMetadata)]),
     "tess_session_partition_info": (Status, [Handle, c_size_t, POINTER(PartitionInfo)]),
     "tess_session_end_profiling": (Status, [Handle, POINTER(c_char_p)]),
     "tess_session_profiling_summary": (Status, [Handle, c_size_t, POINTER(c_char_p)]),

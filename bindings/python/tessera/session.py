@@ -11,9 +11,10 @@ import weakref
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import _types as T
-from ._capi import LOG_CALLBACK, EnvOptions, Handle, PartitionInfo, PluginInfo, ValueInfo, c_strings, check, decode, \
-    lib, strings
+from ._capi import LOG_CALLBACK, EnvOptions, Handle, ModelMetadata, PartitionInfo, PluginInfo, ValueInfo, c_strings, \
+    check, decode, lib, strings
 from ._values import from_value, to_value
+from . import _ort
 from .errors import InvalidArgument
 
 __all__ = ["LogLevel", "Environment", "NodeArg", "InferenceSession", "get_default_environment", "plugins",
@@ -31,8 +32,6 @@ class LogLevel(enum.IntEnum):
 
 _PLUGIN_STATES = {0: "loaded", 1: "unavailable", 2: "skipped"}
 
-# onnxruntime's provider names, accepted as aliases so that code written for it runs unchanged.
-_PROVIDER_ALIASES = {"CPUExecutionProvider": "cpu", "CUDAExecutionProvider": "cuda"}
 
 
 class Environment:
@@ -131,8 +130,15 @@ def plugins() -> list[dict[str, Any]]:
 
 
 def get_available_providers() -> list[str]:
-    """The default environment's usable providers, in default priority order."""
-    return get_default_environment().providers()
+    """The default environment's usable providers, in default priority order, under onnxruntime's names where
+    they have one ('CPUExecutionProvider', 'CUDAExecutionProvider'), so that code written for onnxruntime finds
+    them; ``get_default_environment().providers()`` gives Tessera's own names."""
+    return [_ort.ort_provider_name(p) for p in get_default_environment().providers()]
+
+
+def get_device() -> str:
+    """onnxruntime's device string: 'GPU' when a CUDA provider is usable, else 'CPU'."""
+    return "GPU" if "cuda" in get_default_environment().providers() else "CPU"
 
 
 class NodeArg:
@@ -168,17 +174,30 @@ class NodeArg:
         return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape!r})"
 
 
-def _provider_names(providers: Iterable[Any]) -> list[str]:
-    names = []
-    for p in providers:
+def _providers_with_options(providers: Iterable[Any], provider_options: Sequence[Any] | None,
+                            available: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Tessera provider names and the options given with them, from onnxruntime's forms: names (onnxruntime's or
+    Tessera's), ``(name, options)`` tuples, and a parallel ``provider_options`` list."""
+    providers = list(providers)
+    if provider_options is not None and len(provider_options) != len(providers):
+        raise InvalidArgument(f"provider_options has {len(provider_options)} entries for {len(providers)} providers")
+    names, options = [], []
+    for i, p in enumerate(providers):
+        given: Any = {}
         if isinstance(p, (tuple, list)):  # onnxruntime's (name, options) form
-            if len(p) != 2 or p[1]:
-                raise InvalidArgument(f"provider {p!r}: Tessera providers take no options")
-            p = p[0]
+            if len(p) != 2 or not isinstance(p[1], Mapping):
+                raise InvalidArgument(f"provider {p!r}: expected (name, options dict)")
+            p, given = p
+        if provider_options is not None:
+            given = {**dict(given), **dict(provider_options[i] or {})}
         if not isinstance(p, str):
             raise InvalidArgument(f"provider names are strings, not {type(p).__name__}")
-        names.append(_PROVIDER_ALIASES.get(p, p))
-    return names
+        name = _ort.tessera_provider_name(p, available)
+        _ort.ignored_provider_options(p, {k: v for k, v in dict(given).items() if not (k == "device_id" and
+                                                                                       str(v) == "0")})
+        names.append(name)
+        options.append({str(k): str(v) for k, v in dict(given).items()})
+    return names, options
 
 
 def _c_int32(name: str, value: Any) -> int:
@@ -227,14 +246,23 @@ class RunOptions:
         self._timeout_ms = value
 
 
+# onnxruntime's log severities (0 verbose ... 4 fatal) as Tessera log levels.
+_ORT_SEVERITY_TO_LEVEL = {0: LogLevel.DEBUG, 1: LogLevel.INFO, 2: LogLevel.WARNING, 3: LogLevel.ERROR,
+                          4: LogLevel.ERROR}
+
+
 class InferenceSession:
     """A loaded, optimized, partitioned and compiled model.
 
     Args:
         path_or_bytes: a model file path, serialized ModelProto bytes, or an ``onnx.ModelProto``.  External data
             is read from the model file's directory (and is not allowed for bytes).
-        providers: the provider priority list, most preferred first (``None``: every usable provider, CPU last).
-            onnxruntime's 'CPUExecutionProvider' and 'CUDAExecutionProvider' are accepted for 'cpu' and 'cuda'.
+        sess_options: an onnxruntime-style :class:`tessera.SessionOptions`; keyword arguments below win over it.
+        providers: the provider priority list, most preferred first (``None``: every usable provider, CPU last):
+            Tessera's names or onnxruntime's ('CPUExecutionProvider', 'CUDAExecutionProvider'), alone or as
+            ``(name, options)``; an onnxruntime provider Tessera has no counterpart for is an error.
+        provider_options: onnxruntime's list of option dicts, one per provider.  Tessera's providers take no
+            options yet: they are kept (``get_provider_options``) and a warning names them.
         strict: a node no listed provider claims, or a listed provider that is missing or fails, is an error
             instead of a fallback.
         intra_op_threads: threads of the session's pool; 0 means one per core.
@@ -258,17 +286,47 @@ class InferenceSession:
     ``run`` may be called from several threads at once; the GIL is released while Tessera computes.
     """
 
-    def __init__(self, path_or_bytes: str | os.PathLike | bytes | Any, providers: Sequence[Any] | None = None,
-                 strict: bool = False, intra_op_threads: int = 0, optimization_level: int = 3,
+    def __init__(self, path_or_bytes: str | os.PathLike | bytes | Any,
+                 sess_options: _ort.SessionOptions | None = None, providers: Sequence[Any] | None = None,
+                 provider_options: Sequence[Any] | None = None, *, strict: bool = False,
+                 intra_op_threads: int | None = None, optimization_level: int | None = None,
                  plugin_path: str | Sequence[str] | None = None, environment: Environment | None = None,
-                 enable_profiling: bool = False, profile_file: str | os.PathLike | None = None,
-                 optimized_model_filepath: str | os.PathLike | None = None, memory_limit_bytes: int = 0) -> None:
+                 enable_profiling: bool | None = None, profile_file: str | os.PathLike | None = None,
+                 optimized_model_filepath: str | os.PathLike | None = None, memory_limit_bytes: int = 0,
+                 disabled_optimizers: Sequence[str] | None = None) -> None:  # noqa: ARG002 - onnxruntime's
+        if sess_options is not None and not isinstance(sess_options, _ort.SessionOptions):
+            raise InvalidArgument(f"sess_options must be a tessera.SessionOptions, not {type(sess_options).__name__}")
+        so = sess_options or _ort.SessionOptions()
+        self._session_options = so
+        # Explicit keyword arguments win over the SessionOptions.
+        if intra_op_threads is None:
+            intra_op_threads = so.intra_op_num_threads
+        if optimization_level is None:
+            optimization_level = _ort.tessera_optimization_level(so.graph_optimization_level)
+        if enable_profiling is None:
+            enable_profiling = so.enable_profiling
+        if enable_profiling and not profile_file and sess_options is not None:
+            profile_file = so.profile_file()  # onnxruntime's file name, from its prefix
+        if not optimized_model_filepath and so.optimized_model_filepath:
+            optimized_model_filepath = so.optimized_model_filepath
+
+        custom_ops = list(so._custom_op_libraries)
         if environment is None:
-            environment = Environment(plugin_path=plugin_path) if plugin_path else get_default_environment()
+            severity = so.log_severity_level if sess_options is not None else _ort.default_logger_severity()
+            if plugin_path or custom_ops or severity != 2:
+                environment = Environment(plugin_path=plugin_path, log_level=_ORT_SEVERITY_TO_LEVEL.get(severity,
+                                                                                                        LogLevel.ERROR))
+            else:
+                environment = get_default_environment()
         elif plugin_path:
             raise InvalidArgument("pass either plugin_path or environment, not both")
+        for library in custom_ops:
+            environment.load_plugin(library)
         self._env = environment
-        self._requested = _provider_names(providers) if providers else None
+        self._requested, self._provider_options = None, None
+        if providers:
+            self._requested, self._provider_options = _providers_with_options(providers, provider_options,
+                                                                              environment.providers())
 
         options = Handle()
         check(lib.tess_session_options_create(ctypes.byref(options)))
@@ -353,15 +411,41 @@ class InferenceSession:
         return plan
 
     def get_providers(self) -> list[str]:
-        """The providers this session may use, in priority order: the requested list restricted to what the
-        environment has loaded (every usable provider when none was requested), then any provider the partition
-        plan uses that the list lacks (a fallback the core appended)."""
+        """The providers this session may use, in priority order, under onnxruntime's names where they have one
+        ('CPUExecutionProvider'): the requested list restricted to what the environment has loaded (every usable
+        provider when none was requested), then any provider the partition plan uses that the list lacks (a fallback
+        the core appended)."""
         available = self._env.providers()
         names = [p for p in self._requested if p in available] if self._requested else list(available)
         for partition in self.get_partitions():
             if partition["provider"] not in names:
                 names.append(partition["provider"])
-        return names
+        return [_ort.ort_provider_name(name) for name in names]
+
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
+        """The options given with each provider (as strings, like onnxruntime), by provider name."""
+        given = dict(zip(self._requested or [], self._provider_options or []))
+        return {name: dict(given.get(_ort.tessera_provider_name(name, []), {})) for name in self.get_providers()}
+
+    def get_session_options(self) -> _ort.SessionOptions:
+        return self._session_options
+
+    def get_modelmeta(self) -> _ort.ModelMetadata:
+        """What the model says about itself: producer, graph name, domain, doc string, version and its
+        metadata_props as ``custom_metadata_map``."""
+        meta = ModelMetadata()
+        check(lib.tess_session_model_metadata(self._handle, ctypes.byref(meta)))
+        custom = {decode(meta.custom_keys[i]): decode(meta.custom_values[i]) for i in range(meta.custom_count)}
+        return _ort.ModelMetadata(decode(meta.producer_name), decode(meta.graph_name),
+                                  decode(meta.graph_description), decode(meta.domain), decode(meta.description),
+                                  int(meta.model_version), custom)
+
+    def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
+                            run_options: RunOptions | None = None) -> list[_ort.OrtValue]:
+        """``run`` for OrtValue inputs and outputs."""
+        feed = {name: value.numpy() if isinstance(value, _ort.OrtValue) else value
+                for name, value in input_dict_ort_values.items()}
+        return [_ort.OrtValue(result) for result in self.run(output_names, feed, run_options)]
 
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
             run_options: RunOptions | None = None) -> list[Any]:

@@ -20,7 +20,7 @@ def pytest_report_header(config):  # noqa: ARG001
 
 def pytest_sessionstart(session):  # noqa: ARG001
     """One clear error instead of a hundred failures when the build has no usable CPU provider."""
-    if "cpu" not in tessera.get_available_providers():
+    if "cpu" not in tessera.get_default_environment().providers():
         pytest.exit(f"no usable 'cpu' provider next to {tessera.library_path}; plugin report: {tessera.plugins()}",
                     returncode=1)
 

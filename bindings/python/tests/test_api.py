@@ -24,7 +24,7 @@ def test_plugin_report_lists_the_cpu_provider():
     assert cpu and cpu[0]["state"] == "loaded" and cpu[0]["reason"] == ""
     assert set(cpu[0]) == {"path", "name", "version", "state", "reason", "abi_version", "providers"}
     assert cpu[0]["abi_version"] >= 1
-    assert "cpu" in tessera.get_available_providers()
+    assert "CPUExecutionProvider" in tessera.get_available_providers()
     assert tessera.get_default_environment() is tessera.get_default_environment()
 
 
@@ -56,7 +56,7 @@ def test_log_callback_receives_warnings():
     session = tessera.InferenceSession(unary_model("Relu", shape=[2]), providers=["no_such_provider", "cpu"],
                                        environment=env)
     assert any(level == tessera.LogLevel.WARNING and "no_such_provider" in text for level, text in messages)
-    assert session.get_providers() == ["cpu"]
+    assert session.get_providers() == ["CPUExecutionProvider"]
 
 
 @pytest.mark.parametrize("source", ["path", "bytes", "proto"])
@@ -121,7 +121,7 @@ def test_partition_plan():
     assert {"z", "w"} <= {o for p in plan for o in p["outputs"]}
     assert "x" in {i for p in plan for i in p["inputs"]}
     assert all(p["copy_count"] == 0 for p in plan)
-    assert session.get_providers() == ["cpu"]
+    assert session.get_providers() == ["CPUExecutionProvider"]
 
 
 def test_optimization_level_controls_identity_removal():
@@ -135,7 +135,7 @@ def test_optimization_level_controls_identity_removal():
 def test_onnxruntime_provider_names_and_threads():
     session = tessera.InferenceSession(unary_model("Relu", shape=[3]), providers=["CPUExecutionProvider"],
                                        intra_op_threads=1)
-    assert session.get_providers() == ["cpu"]
+    assert session.get_providers() == ["CPUExecutionProvider"]
     (y,) = session.run(None, {"x": np.array([-1, 0, 1], np.float32)})
     np.testing.assert_array_equal(y, [0, 0, 1])
 

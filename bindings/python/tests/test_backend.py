@@ -93,7 +93,7 @@ def _model(op: str, domain: str = "") -> onnx.ModelProto:
 class TesseraBackendTest(unittest.TestCase):
     def test_supports_device(self):
         self.assertTrue(backend.supports_device("CPU"))
-        self.assertEqual(backend.supports_device("CUDA"), "cuda" in tessera.get_available_providers())
+        self.assertEqual(backend.supports_device("CUDA"), "cuda" in tessera.get_default_environment().providers())
         self.assertFalse(backend.supports_device("TPU"))
 
     def test_run_node(self):

@@ -107,7 +107,9 @@ def test_bad_arguments_from_python():
     with raises(tessera.InvalidArgument, StatusCode.INVALID_ARGUMENT):
         tessera.InferenceSession(12345)
     with raises(tessera.InvalidArgument, StatusCode.INVALID_ARGUMENT):
-        tessera.InferenceSession(unary_model("Relu", shape=[2]), providers=[("cpu", {"option": 1})])
+        tessera.InferenceSession(unary_model("Relu", shape=[2]), providers=["TensorrtExecutionProvider"])
+    with raises(tessera.InvalidArgument, StatusCode.INVALID_ARGUMENT):
+        tessera.InferenceSession(unary_model("Relu", shape=[2]), providers=[("cpu", "not a dict")])
 
 
 def test_session_survives_errors(relu):

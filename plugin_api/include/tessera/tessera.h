@@ -174,6 +174,25 @@ TESS_EXPORT size_t tess_session_output_count(const TessSession* session);
 TESS_EXPORT TessStatus* tess_session_input_info(const TessSession* session, size_t index, TessValueInfo* out);
 TESS_EXPORT TessStatus* tess_session_output_info(const TessSession* session, size_t index, TessValueInfo* out);
 
+/* What the model says about itself: ModelProto's producer, domain, doc string and version, the graph's name and doc
+ * string, and its metadata_props (custom key/value pairs, in model order).  Strings are owned by the session and
+ * valid until it is released ("" when the model leaves a field empty).  Since API 0.1. */
+typedef struct TessModelMetadata {
+    size_t struct_size;
+    const char* producer_name;
+    const char* producer_version;
+    const char* domain;
+    const char* description;
+    const char* graph_name;
+    const char* graph_description;
+    int64_t model_version;
+    size_t custom_count;
+    const char* const* custom_keys;    /* custom_count entries */
+    const char* const* custom_values;  /* custom_count entries */
+} TessModelMetadata;
+
+TESS_EXPORT TessStatus* tess_session_model_metadata(const TessSession* session, TessModelMetadata* out);
+
 /* The partition plan: the fused subgraphs in execution order. */
 typedef struct TessPartitionInfo {
     size_t struct_size;
