@@ -311,6 +311,17 @@ TESS_EXPORT TessStatus* tess_session_input_info(const TessSession* s, size_t ind
     });
 }
 
+TESS_EXPORT int32_t tess_session_input_has_default(const TessSession* s, size_t index) {
+    try {
+        return s != nullptr && index < s->impl->inputs().size() &&
+                       s->impl->input_has_default(s->impl->inputs()[index].name)
+                   ? 1
+                   : 0;
+    } catch (...) {
+        return 0;
+    }
+}
+
 TESS_EXPORT TessStatus* tess_session_output_info(const TessSession* s, size_t index, TessValueInfo* out) {
     return guarded([&] {
         require(s, "session");

@@ -58,6 +58,8 @@ public:
                               const RunControl* control = nullptr) const;
 
     const std::vector<IoInfo>& inputs() const { return inputs_; }
+    // Whether graph input `name` has an initializer: a default the caller may override or leave out.
+    bool input_has_default(const std::string& name) const { return graph_.initializers.count(name) != 0; }
     const std::vector<IoInfo>& outputs() const { return outputs_; }
     const std::vector<CompiledPartition>& partitions() const { return executor_->partitions(); }
     // The session's profiler (TessSessionOptions::profile_path); NULL when profiling is off.

@@ -183,6 +183,7 @@ _PROTOTYPES = {
     "tess_session_output_info": (Status, [Handle, c_size_t, POINTER(ValueInfo)]),
     "tess_session_partition_count": (c_size_t, [Handle]),
     "tess_session_model_metadata": (Status, [Handle, POINTER(ModelMetadata)]),
+    "tess_session_input_has_default": (c_int32, [Handle, c_size_t]),
     "tess_session_partition_info": (Status, [Handle, c_size_t, POINTER(PartitionInfo)]),
     "tess_session_end_profiling": (Status, [Handle, POINTER(c_char_p)]),
     "tess_session_profiling_summary": (Status, [Handle, c_size_t, POINTER(c_char_p)]),

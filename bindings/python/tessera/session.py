@@ -369,6 +369,7 @@ class InferenceSession:
         # The finalizer holds the environment, so the environment is released after the session.
         self._finalizer = weakref.finalize(self, _release_session, self._handle, environment)
         self._inputs = self._describe(lib.tess_session_input_count, lib.tess_session_input_info)
+        self._has_default = [bool(lib.tess_session_input_has_default(self._handle, i)) for i in range(len(self._inputs))]
         self._outputs = self._describe(lib.tess_session_output_count, lib.tess_session_output_info)
         self._input_by_name = {arg.name: arg for arg in self._inputs}
 
@@ -385,8 +386,13 @@ class InferenceSession:
         return self._env
 
     def get_inputs(self) -> list[NodeArg]:
-        """The graph inputs, in order.  Those with an initializer may be left out of a run (or fed to override it)."""
-        return list(self._inputs)
+        """The graph inputs a run must feed, in order, as onnxruntime lists them: inputs with an initializer are
+        :meth:`get_overridable_initializers`."""
+        return [arg for arg, default in zip(self._inputs, self._has_default) if not default]
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        """Graph inputs that have an initializer: a run may leave them out or feed a value that overrides it."""
+        return [arg for arg, default in zip(self._inputs, self._has_default) if default]
 
     def get_outputs(self) -> list[NodeArg]:
         return list(self._outputs)

@@ -173,6 +173,9 @@ TESS_EXPORT size_t tess_session_input_count(const TessSession* session);
 TESS_EXPORT size_t tess_session_output_count(const TessSession* session);
 TESS_EXPORT TessStatus* tess_session_input_info(const TessSession* session, size_t index, TessValueInfo* out);
 TESS_EXPORT TessStatus* tess_session_output_info(const TessSession* session, size_t index, TessValueInfo* out);
+/* Non-zero when input `index` has an initializer: a default value the caller may leave out or override (what
+ * onnxruntime calls an overridable initializer).  0 for an index out of range.  Since API 0.1. */
+TESS_EXPORT int32_t tess_session_input_has_default(const TessSession* session, size_t index);
 
 /* What the model says about itself: ModelProto's producer, domain, doc string and version, the graph's name and doc
  * string, and its metadata_props (custom key/value pairs, in model order).  Strings are owned by the session and
