@@ -22,7 +22,8 @@ from ._values import live_output_values
 from .errors import (AbiMismatch, Cancelled, InternalError, InvalidArgument, InvalidModel, NotFound, NotImplemented,
                      OutOfMemory, RuntimeException, StatusCode, TesseraError, Unavailable)
 from ._ort import (ExecutionMode, ExecutionOrder, GraphOptimizationLevel, ModelMetadata, OrtValue, SessionOptions,
-                   set_default_logger_severity, set_default_logger_verbosity)
+                   disable_telemetry_events, enable_telemetry_events, get_all_providers, set_default_logger_severity,
+                   set_default_logger_verbosity)
 from .session import (Environment, InferenceSession, LogLevel, NodeArg, RunOptions, get_available_providers,
                       get_default_environment, get_device, plugins)
 
@@ -34,6 +35,15 @@ __version__ = _capi.version()
 library_path = _capi.LIBRARY_PATH
 
 
+def get_version_string() -> str:
+    """onnxruntime's name for the version."""
+    return __version__
+
+
+def get_build_info() -> str:
+    return f"tessera {__version__} ({library_path})"
+
+
 def library_version() -> str:
     """Version of the loaded C library (``tess_version``)."""
     return _capi.version()
@@ -43,6 +53,8 @@ __all__ = [
     "__version__",
     "library_path",
     "library_version",
+    "get_version_string",
+    "get_build_info",
     "Environment",
     "InferenceSession",
     "LogLevel",
@@ -55,6 +67,9 @@ __all__ = [
     "ModelMetadata",
     "OrtValue",
     "get_device",
+    "get_all_providers",
+    "disable_telemetry_events",
+    "enable_telemetry_events",
     "set_default_logger_severity",
     "set_default_logger_verbosity",
     "get_available_providers",

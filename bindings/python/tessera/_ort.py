@@ -212,6 +212,20 @@ def set_default_logger_verbosity(level: int) -> None:  # noqa: ARG001 - onnxrunt
     """Accepted for onnxruntime code; Tessera has no verbosity levels below 'verbose'."""
 
 
+def disable_telemetry_events() -> None:
+    """Tessera sends no telemetry: nothing to disable."""
+
+
+def enable_telemetry_events() -> None:
+    """Tessera sends no telemetry: nothing to enable."""
+
+
+def get_all_providers() -> list[str]:
+    """Every provider name onnxruntime knows, as its ``get_all_providers``; those Tessera can run are in
+    ``get_available_providers()``."""
+    return sorted(set(_ORT_TO_TESSERA) | _ORT_ONLY)
+
+
 def default_logger_severity() -> int:
     return _default_logger_severity
 
@@ -224,4 +238,5 @@ def ignored_provider_options(name: str, options: dict[str, Any]) -> None:
 
 
 __all__ = ["ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel", "ModelMetadata", "OrtValue",
-           "SessionOptions", "set_default_logger_severity", "set_default_logger_verbosity"]
+           "SessionOptions", "disable_telemetry_events", "enable_telemetry_events", "get_all_providers",
+           "set_default_logger_severity", "set_default_logger_verbosity"]

@@ -169,3 +169,10 @@ def test_sessions_with_metadata_free_models():
                        [tensor("y", shape=[2])])
     meta = ort.InferenceSession(model.SerializeToString()).get_modelmeta()
     assert meta.custom_metadata_map == {} and meta.version == 0
+
+
+def test_module_functions_applications_call_at_import():
+    ort.disable_telemetry_events()
+    ort.enable_telemetry_events()
+    assert "CPUExecutionProvider" in ort.get_all_providers()
+    assert ort.get_version_string() == ort.__version__
