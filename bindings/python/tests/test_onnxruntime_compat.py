@@ -176,3 +176,20 @@ def test_module_functions_applications_call_at_import():
     ort.enable_telemetry_events()
     assert "CPUExecutionProvider" in ort.get_all_providers()
     assert ort.get_version_string() == ort.__version__
+
+
+def test_onnxruntime_exception_classes_catch_tessera_errors(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", tessera)
+    for name in [n for n in sys.modules if n.startswith("onnxruntime.")]:
+        monkeypatch.delitem(sys.modules, name)
+    state = importlib.import_module("onnxruntime.capi.onnxruntime_pybind11_state")
+    with pytest.raises(state.NoSuchFile):
+        tessera.InferenceSession("/nonexistent/model.onnx")
+    with pytest.raises(state.InvalidProtobuf):
+        tessera.InferenceSession(b"not a model")
+    with pytest.raises(state.Fail):
+        tessera.InferenceSession(b"not a model")
+    session = tessera.InferenceSession(make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", shape=[2])],
+                                                  [tensor("y", shape=[2])]))
+    with pytest.raises(state.InvalidArgument):
+        session.run(None, {"x": np.zeros(3, np.float32)})
