@@ -21,7 +21,8 @@ from . import _capi
 from ._values import live_output_values
 from .errors import (AbiMismatch, Cancelled, InternalError, InvalidArgument, InvalidModel, NotFound, NotImplemented,
                      OutOfMemory, RuntimeException, StatusCode, TesseraError, Unavailable)
-from ._ort import (ExecutionMode, ExecutionOrder, GraphOptimizationLevel, ModelMetadata, OrtValue, SessionOptions,
+from ._ort import (ExecutionMode, ExecutionOrder, GraphOptimizationLevel, IOBinding, ModelMetadata, OrtValue,
+                   SessionOptions,
                    disable_telemetry_events, enable_telemetry_events, get_all_providers, set_default_logger_severity,
                    set_default_logger_verbosity)
 from .session import (Environment, InferenceSession, LogLevel, NodeArg, RunOptions, get_available_providers,
@@ -62,6 +63,7 @@ __all__ = [
     "RunOptions",
     "SessionOptions",
     "GraphOptimizationLevel",
+    "IOBinding",
     "ExecutionMode",
     "ExecutionOrder",
     "ModelMetadata",

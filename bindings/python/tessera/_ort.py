@@ -9,6 +9,7 @@ Options that have no Tessera counterpart (memory arena switches, inter-op thread
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import time
 import warnings
@@ -196,6 +197,72 @@ class OrtValue:
         return f"OrtValue({self.data_type()}, shape={self.shape()})"
 
 
+class IOBinding:
+    """onnxruntime's ``IOBinding`` for host memory: inputs and outputs bound by name ahead of a run, then
+    ``InferenceSession.run_with_iobinding``.  Only the CPU device exists; a bound numpy input is read in place when
+    its layout allows, as ``run`` does."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+        self._inputs: dict[str, Any] = {}
+        self._output_names: list[str] = []
+        self._outputs: list[OrtValue] = []
+
+    @staticmethod
+    def _check_device(device_type: str, device_id: int) -> None:
+        if str(device_type).lower() != "cpu" or device_id != 0:
+            raise InvalidArgument(f"binding on {device_type}:{device_id}: Tessera's Python values live on the CPU")
+
+    def bind_cpu_input(self, name: str, array: Any) -> None:
+        self._inputs[name] = np.asarray(array)
+
+    def bind_input(self, name: str, device_type: str, device_id: int, element_type: Any, shape: Any,
+                   buffer_ptr: int) -> None:
+        """Binds host memory at ``buffer_ptr`` (it must stay valid until the run) as a tensor of ``shape``."""
+        self._check_device(device_type, device_id)
+        dtype = np.dtype(element_type)
+        count = int(np.prod(shape)) if len(shape) else 1
+        buffer = (ctypes.c_char * (count * dtype.itemsize)).from_address(int(buffer_ptr))
+        self._inputs[name] = np.frombuffer(buffer, dtype=dtype, count=count).reshape(tuple(shape))
+
+    def bind_ortvalue_input(self, name: str, value: OrtValue) -> None:
+        self._inputs[name] = value.numpy()
+
+    def bind_output(self, name: str, device_type: str = "cpu", device_id: int = 0, element_type: Any = None,
+                    shape: Any = None, buffer_ptr: int | None = None) -> None:
+        """Binds an output by name; the runtime allocates it (a preallocated ``buffer_ptr`` is not supported)."""
+        self._check_device(device_type, device_id)
+        if buffer_ptr is not None:
+            raise InvalidArgument("bind_output with a preallocated buffer is not supported; let the runtime allocate")
+        self._output_names.append(name)
+
+    def bind_ortvalue_output(self, name: str, value: OrtValue) -> None:  # noqa: ARG002 - filled by the run
+        self._output_names.append(name)
+
+    def clear_binding_inputs(self) -> None:
+        self._inputs.clear()
+
+    def clear_binding_outputs(self) -> None:
+        self._output_names.clear()
+        self._outputs = []
+
+    def synchronize_inputs(self) -> None:
+        """Host memory needs no synchronization."""
+
+    def synchronize_outputs(self) -> None:
+        """Host memory needs no synchronization."""
+
+    def get_outputs(self) -> list[OrtValue]:
+        return list(self._outputs)
+
+    def copy_outputs_to_cpu(self) -> list[Any]:
+        return [value.numpy() for value in self._outputs]
+
+    def _run(self, run_options: Any) -> None:
+        names = self._output_names or None
+        self._outputs = [OrtValue(v) for v in self._session.run(names, dict(self._inputs), run_options)]
+
+
 _default_logger_severity = 2
 
 
@@ -237,6 +304,6 @@ def ignored_provider_options(name: str, options: dict[str, Any]) -> None:
                       stacklevel=3)
 
 
-__all__ = ["ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel", "ModelMetadata", "OrtValue",
+__all__ = ["ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel", "IOBinding", "ModelMetadata", "OrtValue",
            "SessionOptions", "disable_telemetry_events", "enable_telemetry_events", "get_all_providers",
            "set_default_logger_severity", "set_default_logger_verbosity"]

@@ -446,6 +446,13 @@ class InferenceSession:
                                   decode(meta.graph_description), decode(meta.domain), decode(meta.description),
                                   int(meta.model_version), custom)
 
+    def io_binding(self) -> _ort.IOBinding:
+        """onnxruntime's I/O binding (host memory): bind inputs and outputs by name, then run_with_iobinding."""
+        return _ort.IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: _ort.IOBinding, run_options: RunOptions | None = None) -> None:
+        iobinding._run(run_options)
+
     def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
                             run_options: RunOptions | None = None) -> list[_ort.OrtValue]:
         """``run`` for OrtValue inputs and outputs."""

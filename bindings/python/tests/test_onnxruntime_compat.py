@@ -193,3 +193,22 @@ def test_onnxruntime_exception_classes_catch_tessera_errors(monkeypatch):
                                                   [tensor("y", shape=[2])]))
     with pytest.raises(state.InvalidArgument):
         session.run(None, {"x": np.zeros(3, np.float32)})
+
+
+def test_io_binding_on_the_cpu(model_path):
+    session = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32)
+    expected = session.run(None, {"x": x})[0]
+    binding = session.io_binding()
+    binding.bind_cpu_input("x", x)
+    binding.bind_output("probs")
+    session.run_with_iobinding(binding)
+    np.testing.assert_array_equal(binding.copy_outputs_to_cpu()[0], expected)
+    # A raw pointer, as applications that manage their own buffers bind it.
+    binding.clear_binding_inputs()
+    binding.bind_input("x", "cpu", 0, np.float32, list(x.shape), x.ctypes.data)
+    session.run_with_iobinding(binding)
+    (out,) = binding.get_outputs()
+    np.testing.assert_array_equal(out.numpy(), expected)
+    with pytest.raises(ort.InvalidArgument):
+        binding.bind_output("probs", "cuda", 0)
