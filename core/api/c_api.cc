@@ -48,13 +48,27 @@ extern "C" {
 
 TESS_EXPORT const char* tess_version(void) { return "0.1.0"; }
 
+// A pointer that is not a live status of ours (released twice, or made by someone else) is never dereferenced.
 TESS_EXPORT TessStatusCode tess_status_code(const TessStatus* status) {
-    return status == nullptr ? TESS_STATUS_OK : status->code;
+    try {
+        return checked_status_code(status);
+    } catch (...) {
+        return TESS_STATUS_INTERNAL;
+    }
 }
 TESS_EXPORT const char* tess_status_message(const TessStatus* status) {
-    return status == nullptr ? "" : status->message.c_str();
+    try {
+        return checked_status_message(status);
+    } catch (...) {
+        return "";
+    }
 }
-TESS_EXPORT void tess_status_release(TessStatus* status) { release_status(status); }
+TESS_EXPORT void tess_status_release(TessStatus* status) {
+    try {
+        release_status(status);
+    } catch (...) {
+    }
+}
 
 // ---- Environment ----
 

@@ -23,11 +23,33 @@ namespace tessera {
 namespace {
 
 TessStatus* host_status_create(int32_t code, const char* message) {
-    return make_status(static_cast<TessStatusCode>(code), message != nullptr ? message : "");
+    try {
+        return make_status(static_cast<TessStatusCode>(code), message != nullptr ? message : "");
+    } catch (...) {  // copying the message failed
+        return make_status(TESS_STATUS_OUT_OF_MEMORY, {});
+    }
 }
-int32_t host_status_code(const TessStatus* s) { return s == nullptr ? TESS_STATUS_OK : s->code; }
-const char* host_status_message(const TessStatus* s) { return s == nullptr ? "" : s->message.c_str(); }
-void host_status_release(TessStatus* s) { release_status(s); }
+// A plugin may hand these a status it got from another plugin, or one it made itself: checked, never trusted.
+int32_t host_status_code(const TessStatus* s) {
+    try {
+        return checked_status_code(s);
+    } catch (...) {
+        return TESS_STATUS_INTERNAL;
+    }
+}
+const char* host_status_message(const TessStatus* s) {
+    try {
+        return checked_status_message(s);
+    } catch (...) {
+        return "";
+    }
+}
+void host_status_release(TessStatus* s) {
+    try {
+        release_status(s);
+    } catch (...) {
+    }
+}
 
 void host_log(int32_t level, const char* source, const char* message) {
     try {
@@ -414,6 +436,7 @@ PluginRecord PluginManager::load(const fs::path& path) {
     if (exports.name != nullptr) record.name = exports.name;
     if (exports.version != nullptr) record.version = exports.version;
     if (status != nullptr) {
+        status = adopt_plugin_status(status, "its entry function");
         std::string reason = status->message;
         bool abi = status->code == TESS_STATUS_ABI_MISMATCH;
         release_status(status);
@@ -442,7 +465,8 @@ PluginRecord PluginManager::load(const fs::path& path) {
         provider->library = library;
         provider->available = true;
         if (api->check_available != nullptr) {
-            TessStatus* why = api->check_available(api->provider_data);
+            TessStatus* why = adopt_plugin_status(api->check_available(api->provider_data),
+                                                  fmt::format("provider '{}' check_available", provider->name));
             if (why != nullptr) {
                 provider->available = false;
                 provider->unavailable_reason = why->message;

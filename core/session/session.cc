@@ -222,7 +222,7 @@ std::vector<int> Session::place_nodes(const Graph& graph, const std::vector<size
         for (size_t n : open) capability.offered[n] = true;
         TessStatus* status = instances_[p]->api().get_capability(instances_[p]->handle(), view, &capability);
         if (status != nullptr) {  // a provider that cannot answer claims nothing here; compile() reports it later
-            release_status(status);
+            release_status(adopt_plugin_status(status, "a capability query"));
             continue;
         }
         for (size_t claimed : capability.claimed)
@@ -243,7 +243,11 @@ std::vector<ValuePtr> Session::evaluate_constant_node(const Graph& graph, size_t
             TessCapabilityContext capability;
             capability.offered.assign(graph.nodes.size(), false);
             capability.offered[node_index] = true;
-            throw_if_error(instance->api().get_capability(instance->handle(), view, &capability));
+            TessStatus* status = instance->api().get_capability(instance->handle(), view, &capability);
+            if (status != nullptr) {  // this provider cannot answer; another host provider may
+                release_status(adopt_plugin_status(status, "a capability query"));
+                continue;
+            }
             if (capability.claimed.empty()) continue;
             CompiledPartition part;
             part.instance = instance.get();
@@ -309,7 +313,9 @@ void Session::compile(const TessSessionOptions& options) {
             releases.view = view;
             if (free_at_release) releases.on_release = free_at_release;
             active_compile_releases() = &releases;
-            TessStatus* status = part.instance->api().compile(part.instance->handle(), view, &part.compiled);
+            TessStatus* status = adopt_plugin_status(
+                part.instance->api().compile(part.instance->handle(), view, &part.compiled),
+                fmt::format("provider '{}' compile", part.instance->provider().name));
             active_compile_releases() = nullptr;
             for (const auto& read : releases.released) released_reads.insert(read);
             if (status != nullptr) {
