@@ -272,6 +272,7 @@ std::vector<ValuePtr> Session::evaluate_constant_node(const Graph& graph, size_t
 void Session::compile(const TessSessionOptions& options) {
     PartitionRequest request;
     request.graph = &graph_;
+    request.strict = options.strict;
     for (auto& instance : instances_) request.providers.push_back(instance.get());
 
     // A provider that fails to compile a group gives those nodes up to the next provider (unless strict).
@@ -297,6 +298,7 @@ void Session::compile(const TessSessionOptions& options) {
         std::set<std::pair<size_t, size_t>> released_reads;  // constants the compiled partitions copied
         const int64_t partition_start = Profiler::now_ns();
         PartitionResult plan = partition_graph(request);
+        request.skipped.insert(plan.failed_queries.begin(), plan.failed_queries.end());  // asked once per session
         partition_end_ns_ = profile_phase("partition", partition_start,
                                           fmt::format("{{\"groups\":{},\"attempt\":{}}}", plan.groups.size(), attempt));
         std::vector<CompiledPartition> compiled;
