@@ -117,8 +117,8 @@ fs::path find_scanner() {
 
 // ---- The cache ----------------------------------------------------------------------------------------------------
 // A text file: a header line, then one line per verdict with six tab-separated fields (core identity, file size,
-// file mtime in ns, "skip" or "load", reason, file path), backslash-escaped.  Read tolerantly: a line that does not
-// parse is ignored, a file with another header is ignored whole.
+// file mtime in ns, the verdict: "load", "skip" or "hung:<timeout in ms>", reason, file path), backslash-escaped.
+// Read tolerantly: a line that does not parse is ignored, a file with another header is ignored whole.
 
 struct CacheEntry {
     std::string core;
@@ -126,6 +126,7 @@ struct CacheEntry {
     Stamp stamp;
     bool skip = false;
     std::string reason;
+    int64_t hung_after_ms = 0;  // a hang under this timeout: a larger timeout deserves another probe
 };
 
 std::string escape(std::string_view text) {
@@ -165,7 +166,7 @@ std::optional<CacheEntry> parse_cache_line(const std::string& line) {
         if (tab == std::string::npos) break;
         start = tab + 1;
     }
-    if (fields.size() != 6 || (fields[3] != "skip" && fields[3] != "load")) return std::nullopt;
+    if (fields.size() != 6) return std::nullopt;
     auto number = [](std::string_view text, auto& out) {
         if (text.empty()) return false;
         auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
@@ -177,7 +178,14 @@ std::optional<CacheEntry> parse_cache_line(const std::string& line) {
     if (!number(fields[1], entry.stamp.size) || !number(fields[2], entry.stamp.mtime_ns)) return std::nullopt;
     entry.core = std::move(*core);
     entry.path = std::move(*path);
-    entry.skip = fields[3] == "skip";
+    constexpr std::string_view kHung = "hung:";
+    if (fields[3].substr(0, kHung.size()) == kHung) {
+        if (!number(fields[3].substr(kHung.size()), entry.hung_after_ms) || entry.hung_after_ms <= 0)
+            return std::nullopt;
+    } else if (fields[3] != "skip" && fields[3] != "load") {
+        return std::nullopt;
+    }
+    entry.skip = fields[3] != "load";
     entry.reason = std::move(*reason);
     return entry;
 }
@@ -216,7 +224,8 @@ void write_cache(const fs::path& file, const std::vector<CacheEntry>& fresh) {
         out << kCacheHeader << '\n';
         for (const CacheEntry& e : entries)
             out << escape(e.core) << '\t' << e.stamp.size << '\t' << e.stamp.mtime_ns << '\t'
-                << (e.skip ? "skip" : "load") << '\t' << escape(e.reason) << '\t' << escape(e.path) << '\n';
+                << (e.hung_after_ms > 0 ? fmt::format("hung:{}", e.hung_after_ms) : e.skip ? "skip" : "load") << '\t'
+                << escape(e.reason) << '\t' << escape(e.path) << '\n';
         out.close();
         if (!out) {
             fs::remove(temporary, ec);
@@ -425,6 +434,7 @@ std::optional<ProbeVerdict> judge(const Probe& probe, std::chrono::milliseconds 
 struct ProbeResult {
     std::optional<ProbeVerdict> verdict;  // nullopt: not probed (load in process)
     bool cacheable = true;                // false for a verdict that says nothing about the file
+    bool hung = false;                    // the plugin ran past the timeout
 };
 
 // Probes the files, several at a time, each in its own scanner process.  One result per file.
@@ -475,6 +485,7 @@ std::vector<ProbeResult> run_probes(const fs::path& scanner, const std::vector<f
                 continue;
             }
             results[p.index].verdict = judge(p, timeout, files[p.index]);
+            results[p.index].hung = p.timed_out;
         }
         std::erase_if(running, [](const Probe& p) { return p.ended; });
     }
@@ -545,8 +556,10 @@ std::vector<ProbeVerdict> probe_plugins(const std::vector<fs::path>& files, cons
     std::vector<std::optional<Stamp>> stamps(files.size());
     for (size_t i = 0; i < files.size(); ++i) {
         stamps[i] = stamp_of(files[i]);
+        // A hang under a shorter timeout than today's is no verdict: the plugin may just be slow.
         auto hit = std::find_if(cached.begin(), cached.end(), [&](const CacheEntry& e) {
-            return stamps[i] && e.core == core && e.path == files[i].string() && e.stamp == *stamps[i];
+            return stamps[i] && e.core == core && e.path == files[i].string() && e.stamp == *stamps[i] &&
+                   (e.hung_after_ms == 0 || e.hung_after_ms >= settings.timeout.count());
         });
         if (hit == cached.end()) {
             pending.push_back(i);
@@ -572,7 +585,8 @@ std::vector<ProbeVerdict> probe_plugins(const std::vector<fs::path>& files, cons
         if (!probed[k].verdict) continue;  // not probed: loaded in process, nothing to remember
         verdicts[i] = *probed[k].verdict;
         if (stamps[i] && probed[k].cacheable)
-            fresh.push_back(CacheEntry{core, files[i].string(), *stamps[i], verdicts[i].skip, verdicts[i].reason});
+            fresh.push_back(CacheEntry{core, files[i].string(), *stamps[i], verdicts[i].skip, verdicts[i].reason,
+                                       probed[k].hung ? static_cast<int64_t>(settings.timeout.count()) : 0});
     }
     if (!fresh.empty() && !cache_file.empty()) {
         try {

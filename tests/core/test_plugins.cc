@@ -179,7 +179,8 @@ protected:
     fs::path cache_file() const { return cache / "tessera" / "plugin-probes.txt"; }
 
     // An environment over the misbehaving plugins and the real ones; warnings and errors land in `log`.
-    EnvPtr open_env(int32_t probe = TESS_PLUGIN_PROBE_AUTO, std::vector<std::string>* log = nullptr) {
+    EnvPtr open_env(int32_t probe = TESS_PLUGIN_PROBE_AUTO, std::vector<std::string>* log = nullptr,
+                    int64_t timeout_ms = 1000) {
         std::string path = plugins.string() + ":" + plugin_dir().string();
         TessEnvOptions options{};
         options.struct_size = sizeof(options);
@@ -191,7 +192,7 @@ protected:
         options.plugin_path = path.c_str();
         options.no_default_plugin_dirs = 1;
         options.plugin_probe = probe;
-        options.plugin_probe_timeout_ms = 1000;
+        options.plugin_probe_timeout_ms = timeout_ms;
         TessEnv* raw = nullptr;
         StatusPtr status(tess_env_create(&options, &raw));
         EXPECT_EQ(status, nullptr) << tess_status_message(status.get());
@@ -314,6 +315,14 @@ TEST_F(Isolation, VerdictsAreCachedUntilTheFileChanges) {
     // Rescan ignores the cache.
     EnvPtr rescanned = open_env(TESS_PLUGIN_PROBE_RESCAN);
     EXPECT_FALSE(contains(skipped(rescanned.get(), "libtest_abort_entry.so"), "cached"));
+
+    // A hang is remembered for the timeout it ran into: a longer timeout probes again, a shorter one need not.
+    EnvPtr patient = open_env(TESS_PLUGIN_PROBE_AUTO, nullptr, 1500);
+    std::string hang = skipped(patient.get(), "libtest_hang_entry.so");
+    EXPECT_TRUE(contains(hang, "within 1.5 s") && !contains(hang, "cached")) << hang;
+    EXPECT_TRUE(contains(skipped(patient.get(), "libtest_abort_entry.so"), "(cached verdict)"));
+    EnvPtr hasty = open_env(TESS_PLUGIN_PROBE_AUTO, nullptr, 500);
+    EXPECT_TRUE(contains(skipped(hasty.get(), "libtest_hang_entry.so"), "within 1.5 s (the probe was killed"));
 }
 
 TEST_F(Isolation, ACorruptCacheIsIgnored) {

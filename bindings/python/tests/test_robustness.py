@@ -144,8 +144,9 @@ def test_misbehaving_plugins_are_skipped_with_the_reason(tmp_path, monkeypatch):
     for name, reason in expected.items():
         assert report[name]["state"] == "skipped" and reason in report[name]["reason"], report[name]
     assert report["libtest_capability_error.so"]["state"] == "loaded"
-    # A second environment takes the verdicts from the cache instead of probing again.
-    again = tessera.Environment(plugin_path=[MISBEHAVING_PLUGINS], no_default_plugin_dirs=True,
+    # A second environment takes the verdicts from the cache instead of probing again (with no longer a timeout: a
+    # longer one would give the hanging plugin another chance).
+    again = tessera.Environment(plugin_path=[MISBEHAVING_PLUGINS], no_default_plugin_dirs=True, plugin_probe_timeout=1,
                                 log_level=tessera.LogLevel.ERROR)
     assert all("(cached verdict)" in p["reason"] for p in again.plugins()
                if os.path.basename(p["path"]) in expected and "foreign" not in p["path"])

@@ -63,8 +63,8 @@ typedef struct TessEnvOptions {
  * <libdir>/tessera/).  A plugin that crashes, aborts, ends the process or hangs there is never loaded into this
  * process: the plugin report lists it as skipped with what happened.  Verdicts are cached per file (path, size and
  * modification time) in $XDG_CACHE_HOME/tessera/plugin-probes.txt (~/.cache/... without XDG_CACHE_HOME), so a file
- * is probed again only when it changes or the core does.  Without the helper, files are loaded in process (with a
- * warning).  Since API 0.1. */
+ * is probed again only when it changes or the core does (one that hung, also when the timeout grows).  Without the
+ * helper, files are loaded in process (with a warning).  Since API 0.1. */
 typedef enum TessPluginProbe {
     TESS_PLUGIN_PROBE_AUTO = 0,  /* probe files without a cached verdict; TESSERA_PLUGIN_PROBE=0 turns probing off */
     TESS_PLUGIN_PROBE_OFF = 1,   /* load every file in this process, unprobed (a debugger sees the plugin's crash) */
