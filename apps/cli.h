@@ -68,10 +68,12 @@ double parse_double(const std::string& option, const std::string& text, double m
 std::string json_string(const std::string& text);
 std::string json_list(const std::vector<std::string>& items);
 
-// --plugin-path DIRS, --no-default-plugins, --log-level LEVEL: how the environment finds plugins and what it logs.
+// --plugin-path DIRS, --no-default-plugins, --plugin-probe MODE, --log-level LEVEL: how the environment finds and
+// loads plugins and what it logs.
 struct EnvFlags {
     std::string plugin_path;
     bool no_default_plugins = false;
+    TessPluginProbe plugin_probe = TESS_PLUGIN_PROBE_AUTO;
     TessLogLevel log_level = TESS_LOG_WARNING;
 
     // Consumes one of the flags above when it is next.

@@ -14,8 +14,13 @@ constexpr const char* kPluginsHelp =
     "Lists every plugin file discovery found (path, name, version, state: loaded, unavailable or skipped, the\n"
     "reason when it is not loaded, the providers it contributes) and the usable providers in priority order.\n"
     "\n"
+    "Every plugin is first loaded and unloaded in a child process (tessera-plugin-scanner); one that crashes,\n"
+    "aborts, exits or hangs there is skipped, with what happened as the reason.  Verdicts are cached per file in\n"
+    "$XDG_CACHE_HOME/tessera (or ~/.cache/tessera) until the file changes.\n"
+    "\n"
     "Options:\n"
-    "  --json                 print the report as one JSON object\n";
+    "  --json                 print the report as one JSON object\n"
+    "  --rescan               probe every plugin again, ignoring cached verdicts (--plugin-probe rescan)\n";
 
 std::string joined(const std::vector<std::string>& items) {
     std::string out;
@@ -65,6 +70,8 @@ int plugins_command(Args& args) {
         }
         if (args.flag("--json")) {
             json = true;
+        } else if (args.flag("--rescan")) {
+            env_flags.plugin_probe = TESS_PLUGIN_PROBE_RESCAN;
         } else if (!env_flags.parse(args)) {
             throw UsageError("unexpected argument '" + args.peek() + "' for 'plugins' (try 'tessera plugins --help')");
         }

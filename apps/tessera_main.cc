@@ -105,6 +105,13 @@ bool EnvFlags::parse(Args& args) {
         no_default_plugins = true;
         return true;
     }
+    if (args.option("--plugin-probe", value)) {
+        if (value == "auto") plugin_probe = TESS_PLUGIN_PROBE_AUTO;
+        else if (value == "off") plugin_probe = TESS_PLUGIN_PROBE_OFF;
+        else if (value == "rescan") plugin_probe = TESS_PLUGIN_PROBE_RESCAN;
+        else throw UsageError("option '--plugin-probe' wants auto, off or rescan, got '" + value + "'");
+        return true;
+    }
     if (args.option("--log-level", value)) {
         static const char* const names[] = {"error", "warning", "info", "debug"};
         for (int level = 0; level < 4; ++level)
@@ -122,6 +129,7 @@ EnvOptions EnvFlags::options() const {
     options.log_level = log_level;
     options.plugin_path = plugin_path;
     options.no_default_plugin_dirs = no_default_plugins;
+    options.plugin_probe = plugin_probe;
     return options;
 }
 
@@ -177,6 +185,9 @@ void print_profile(Session& session, std::FILE* out) {
 const char* EnvFlags::help() {
     return "  --plugin-path DIRS     also search these colon-separated directories for plugins\n"
            "  --no-default-plugins   search only --plugin-path (not <libdir>/tessera/plugins, TESSERA_PLUGIN_PATH)\n"
+           "  --plugin-probe MODE    auto (default): load each plugin in a child process first and skip it if it\n"
+           "                         crashes, exits or hangs there (verdicts cached); off: load in this process;\n"
+           "                         rescan: probe every plugin again\n"
            "  --log-level LEVEL      error, warning (default), info or debug\n";
 }
 

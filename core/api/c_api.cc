@@ -49,13 +49,27 @@ extern "C" {
 
 TESS_EXPORT const char* tess_version(void) { return TESS_VERSION_STRING; }
 
+// A pointer that is not a live status of ours (released twice, or made by someone else) is never dereferenced.
 TESS_EXPORT TessStatusCode tess_status_code(const TessStatus* status) {
-    return status == nullptr ? TESS_STATUS_OK : status->code;
+    try {
+        return checked_status_code(status);
+    } catch (...) {
+        return TESS_STATUS_INTERNAL;
+    }
 }
 TESS_EXPORT const char* tess_status_message(const TessStatus* status) {
-    return status == nullptr ? "" : status->message.c_str();
+    try {
+        return checked_status_message(status);
+    } catch (...) {
+        return "";
+    }
 }
-TESS_EXPORT void tess_status_release(TessStatus* status) { release_status(status); }
+TESS_EXPORT void tess_status_release(TessStatus* status) {
+    try {
+        release_status(status);
+    } catch (...) {
+    }
+}
 
 // ---- Environment ----
 
@@ -65,6 +79,8 @@ TESS_EXPORT TessStatus* tess_env_create(const TessEnvOptions* options, TessEnv**
         auto env = std::make_unique<TessEnv>();
         std::string extra;
         bool default_dirs = true;
+        int32_t probe = TESS_PLUGIN_PROBE_AUTO;
+        int64_t probe_timeout_ms = 0;
         if (options != nullptr) {
             if (TESS_HAS_FIELD(options, TessEnvOptions, log_level)) env->sink.level = options->log_level;
             if (TESS_HAS_FIELD(options, TessEnvOptions, log_callback)) env->sink.callback = options->log_callback;
@@ -73,8 +89,12 @@ TESS_EXPORT TessStatus* tess_env_create(const TessEnvOptions* options, TessEnv**
                 extra = options->plugin_path;
             if (TESS_HAS_FIELD(options, TessEnvOptions, no_default_plugin_dirs))
                 default_dirs = options->no_default_plugin_dirs == 0;
+            if (TESS_HAS_FIELD(options, TessEnvOptions, plugin_probe_timeout_ms))
+                probe_timeout_ms = options->plugin_probe_timeout_ms;
+            if (TESS_HAS_FIELD(options, TessEnvOptions, plugin_probe)) probe = options->plugin_probe;
         }
         add_log_sink(&env->sink);
+        env->plugins.set_probe_settings(ProbeSettings::resolve(probe, probe_timeout_ms));
         env->plugins.discover(default_dirs, extra);
         *out_env = env.release();
     });

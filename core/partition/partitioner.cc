@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "common/log.h"
 #include "common/status.h"
 #include "graph/graph_view.h"
 #include "plugins/contexts.h"
@@ -112,8 +113,10 @@ PartitionResult partition_graph(const PartitionRequest& request) {
     // node -> (provider name, reason) for the error report
     std::vector<std::vector<std::pair<std::string, std::string>>> declines(graph.nodes.size());
 
+    PartitionResult result;
     for (size_t p = 0; p < request.providers.size(); ++p) {
         ProviderInstance* instance = request.providers[p];
+        if (request.skipped.count(p)) continue;
         std::vector<size_t> candidates;
         auto excluded = request.excluded.find(p);
         for (size_t n = 0; n < graph.nodes.size(); ++n) {
@@ -131,7 +134,21 @@ PartitionResult partition_graph(const PartitionRequest& request) {
         ctx.offered.assign(graph.nodes.size(), false);
         for (size_t n : candidates) ctx.offered[n] = true;
         TessStatus* status = instance->api().get_capability(instance->handle(), view, &ctx);
-        throw_if_error(status, fmt::format("provider '{}' capability query", instance->provider().name));
+        const std::string& name = instance->provider().name;
+        if (status != nullptr && request.strict)
+            throw_if_error(status, fmt::format("provider '{}' capability query", name));
+        if (status != nullptr) {
+            // One provider that cannot answer must not fail every session: the next providers take its nodes.
+            status = adopt_plugin_status(status, fmt::format("provider '{}' capability query", name));
+            std::string message = status->message;
+            release_status(status);
+            log_message(TESS_LOG_WARNING, "session",
+                        fmt::format("provider '{}' is skipped for this session: its capability query failed: {}",
+                                    name, message));
+            for (size_t n : candidates) declines[n].emplace_back(name, "its capability query failed: " + message);
+            result.failed_queries.insert(p);
+            continue;
+        }
         for (size_t n : ctx.claimed)
             if (assignment[n] == kUnassigned) assignment[n] = p;
         for (size_t n : candidates) {
@@ -154,7 +171,6 @@ PartitionResult partition_graph(const PartitionRequest& request) {
         fail(TESS_STATUS_NOT_IMPLEMENTED, "no provider can run {} node(s): {}", problems.size(),
              fmt::join(problems, " | "));
 
-    PartitionResult result;
     result.groups = group_nodes(graph, assignment);
     return result;
 }

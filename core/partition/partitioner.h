@@ -19,6 +19,8 @@ struct PartitionGroup {
 
 struct PartitionResult {
     std::vector<PartitionGroup> groups;  // in a valid execution order
+    // Providers (indices) whose capability query failed and that were therefore given no node (not strict).
+    std::set<size_t> failed_queries;
 };
 
 struct PartitionRequest {
@@ -26,6 +28,11 @@ struct PartitionRequest {
     std::vector<ProviderInstance*> providers;  // priority order
     // Nodes a provider must not take (it failed to compile them earlier): provider index -> node indices.
     std::map<size_t, std::set<size_t>> excluded;
+    // Providers not asked at all (their capability query failed in an earlier attempt of this session).
+    std::set<size_t> skipped;
+    // Strict mode: a capability query that fails is an error.  Otherwise that provider is skipped with a warning and
+    // the nodes go to the next provider.
+    bool strict = false;
 };
 
 // Throws Error(NOT_IMPLEMENTED) naming every node nobody claimed, with op, opset, input types and why each provider

@@ -1,9 +1,12 @@
 #include "plugins/plugins.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <fmt/format.h>
@@ -23,11 +26,33 @@ namespace tessera {
 namespace {
 
 TessStatus* host_status_create(int32_t code, const char* message) {
-    return make_status(static_cast<TessStatusCode>(code), message != nullptr ? message : "");
+    try {
+        return make_status(static_cast<TessStatusCode>(code), message != nullptr ? message : "");
+    } catch (...) {  // copying the message failed
+        return make_status(TESS_STATUS_OUT_OF_MEMORY, {});
+    }
 }
-int32_t host_status_code(const TessStatus* s) { return s == nullptr ? TESS_STATUS_OK : s->code; }
-const char* host_status_message(const TessStatus* s) { return s == nullptr ? "" : s->message.c_str(); }
-void host_status_release(TessStatus* s) { release_status(s); }
+// A plugin may hand these a status it got from another plugin, or one it made itself: checked, never trusted.
+int32_t host_status_code(const TessStatus* s) {
+    try {
+        return checked_status_code(s);
+    } catch (...) {
+        return TESS_STATUS_INTERNAL;
+    }
+}
+const char* host_status_message(const TessStatus* s) {
+    try {
+        return checked_status_message(s);
+    } catch (...) {
+        return "";
+    }
+}
+void host_status_release(TessStatus* s) {
+    try {
+        release_status(s);
+    } catch (...) {
+    }
+}
 
 void host_log(int32_t level, const char* source, const char* message) {
     try {
@@ -309,6 +334,11 @@ fs::path PluginManager::default_plugin_dir() {
     return fs::path(self.parent_path().string()) / "tessera" / "plugins";
 }
 
+void PluginManager::set_probe_settings(const ProbeSettings& settings) {
+    std::lock_guard lock(mutex_);
+    probe_ = settings;
+}
+
 void PluginManager::discover(bool default_dirs, const std::string& extra_path) {
     std::vector<fs::path> dirs;
     auto add_list = [&](const std::string& list) {
@@ -326,59 +356,143 @@ void PluginManager::discover(bool default_dirs, const std::string& extra_path) {
         if (const char* env = std::getenv("TESSERA_PLUGIN_PATH")) add_list(env);
     }
     add_list(extra_path);
-    for (const auto& dir : dirs) scan_directory(dir);
+    std::vector<fs::path> candidates;
+    for (const auto& dir : dirs) list_directory(dir, candidates);
+    load_files(candidates, false);
 }
 
-void PluginManager::scan_directory(const fs::path& dir) {
+namespace {
+
+bool looks_like_library_name(const std::string& name) {
+    return (name.size() > 3 && name.compare(name.size() - 3, 3, ".so") == 0) || name.find(".so.") != std::string::npos;
+}
+
+// Why a candidate cannot be a plugin, without loading it ("" when it may be one).  Never opens anything but a
+// regular file, so a FIFO or a device in a plugin directory cannot block discovery.
+std::string file_problem(const fs::path& path) {
+    std::error_code ec;
+    fs::file_status link = fs::symlink_status(path, ec);
+    if (ec || !fs::exists(link)) return "file not found";
+    fs::file_status target = fs::status(path, ec);
+    if (fs::is_symlink(link) && (ec || !fs::exists(target))) {
+        fs::path to = fs::read_symlink(path, ec);
+        return fmt::format("a dangling symbolic link (to '{}')", to.string());
+    }
+    if (ec) return fmt::format("cannot be examined: {}", ec.message());
+    if (fs::is_directory(target)) return "a directory, not a plugin file";
+    if (!fs::is_regular_file(target)) return "not a regular file (a FIFO, socket or device)";
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fmt::format("cannot be read: {}", std::strerror(errno));
+    unsigned char magic[4] = {};
+    ssize_t n = ::read(fd, magic, sizeof magic);
+    ::close(fd);
+    if (n != 4 || magic[0] != 0x7f || magic[1] != 'E' || magic[2] != 'L' || magic[3] != 'F')
+        return "not a shared library (no ELF header)";
+    return {};
+}
+
+}  // namespace
+
+// Every entry of a plugin directory is a candidate the report lists, except hidden files (editor and package
+// manager leftovers) and directories not named like a library (a plugin's own data, such as the CUDA provider's
+// plugins/cuda/).
+void PluginManager::list_directory(const fs::path& dir, std::vector<fs::path>& out) const {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) {
         log_message(TESS_LOG_DEBUG, "plugins", fmt::format("plugin directory '{}' does not exist", dir.string()));
         return;
     }
-    std::vector<fs::path> files;
+    std::vector<fs::path> entries;
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
         std::string name = entry.path().filename().string();
         if (name.empty() || name[0] == '.') continue;
-        if (entry.is_regular_file(ec)) files.push_back(entry.path());
+        std::error_code entry_ec;
+        if (entry.is_directory(entry_ec) && !looks_like_library_name(name)) continue;
+        entries.push_back(entry.path());
     }
-    std::sort(files.begin(), files.end());  // deterministic load order
-    for (const auto& file : files) load(file);
+    std::sort(entries.begin(), entries.end());  // deterministic load order
+    out.insert(out.end(), entries.begin(), entries.end());
 }
-
-namespace {
-
-bool looks_like_elf(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    char magic[4] = {};
-    in.read(magic, 4);
-    return in.gcount() == 4 && magic[0] == 0x7f && magic[1] == 'E' && magic[2] == 'L' && magic[3] == 'F';
-}
-
-}  // namespace
 
 PluginRecord PluginManager::load(const fs::path& path) {
-    PluginRecord record;
-    std::error_code ec;
-    fs::path canonical = fs::weakly_canonical(path, ec);
-    record.path = (ec ? path : canonical).string();
+    std::vector<PluginRecord> records = load_files({path}, true);
+    return records.empty() ? PluginRecord{} : records.front();
+}
 
-    auto finish = [&](int32_t state, std::string reason) {
-        record.state = state;
-        record.reason = std::move(reason);
-        if (state == TESS_PLUGIN_SKIPPED)
-            log_message(TESS_LOG_INFO, "plugins", fmt::format("skipped '{}': {}", record.path, record.reason));
-        std::lock_guard lock(mutex_);
-        records_.push_back(record);
-        return record;
+// Examines every file, probes those that may be plugins (all at once: probes run in parallel), then loads the ones
+// whose probe went well, in order.  Files loaded before are left out of the report (a directory listed twice),
+// except when `explicit_load` asks for one, which answers "already loaded".
+std::vector<PluginRecord> PluginManager::load_files(const std::vector<fs::path>& paths, bool explicit_load) {
+    struct Candidate {
+        PluginRecord record;
+        std::string problem;
+        size_t probe = SIZE_MAX;  // index into the probed files
     };
+    std::vector<Candidate> candidates;
+    std::vector<fs::path> to_probe;
+    std::vector<PluginRecord> results;
+    for (const fs::path& path : paths) {
+        Candidate c;
+        std::error_code ec;
+        fs::path absolute = fs::absolute(path, ec);
+        if (ec) absolute = path;
+        c.problem = file_problem(absolute);
+        // What resolves is reported (and probed, and cached) as the file it resolves to; a dangling link under its
+        // own name.
+        fs::path canonical = fs::exists(absolute, ec) ? fs::weakly_canonical(absolute, ec) : absolute;
+        c.record.path = (ec ? absolute : canonical).string();
+        bool seen = std::any_of(candidates.begin(), candidates.end(),
+                                [&](const Candidate& other) { return other.record.path == c.record.path; });
+        {
+            std::lock_guard lock(mutex_);
+            seen = seen || std::find(loaded_paths_.begin(), loaded_paths_.end(), c.record.path) != loaded_paths_.end();
+        }
+        if (seen) {
+            if (explicit_load) {
+                c.record.reason = "already loaded";
+                results.push_back(std::move(c.record));
+            }
+            continue;
+        }
+        if (c.problem.empty()) {
+            c.probe = to_probe.size();
+            to_probe.push_back(c.record.path);
+        }
+        candidates.push_back(std::move(c));
+    }
 
+    ProbeSettings settings;
     {
         std::lock_guard lock(mutex_);
-        if (std::find(loaded_paths_.begin(), loaded_paths_.end(), record.path) != loaded_paths_.end())
-            return PluginRecord{record.path, "", "", TESS_PLUGIN_SKIPPED, "already loaded", 0, ""};
+        settings = probe_;
     }
-    if (!fs::is_regular_file(path, ec)) return finish(TESS_PLUGIN_SKIPPED, "file not found");
-    if (!looks_like_elf(path)) return finish(TESS_PLUGIN_SKIPPED, "not a shared library (no ELF header)");
+    std::vector<ProbeVerdict> verdicts = probe_plugins(to_probe, settings);
+    for (Candidate& c : candidates) {
+        if (!c.problem.empty()) {
+            results.push_back(record(std::move(c.record), TESS_PLUGIN_SKIPPED, c.problem));
+        } else if (verdicts[c.probe].skip) {
+            // A fresh fault is news worth a warning; a cached one was reported when it was found.
+            results.push_back(record(std::move(c.record), TESS_PLUGIN_SKIPPED, verdicts[c.probe].reason,
+                                     verdicts[c.probe].cached ? TESS_LOG_INFO : TESS_LOG_WARNING));
+        } else {
+            results.push_back(load_in_process(std::move(c.record)));
+        }
+    }
+    return results;
+}
+
+PluginRecord PluginManager::record(PluginRecord record, int32_t state, std::string reason, int32_t log_level) {
+    record.state = state;
+    record.reason = std::move(reason);
+    if (state == TESS_PLUGIN_SKIPPED)
+        log_message(log_level, "plugins", fmt::format("skipped '{}': {}", record.path, record.reason));
+    std::lock_guard lock(mutex_);
+    records_.push_back(record);
+    return record;
+}
+
+PluginRecord PluginManager::load_in_process(PluginRecord record) {
+    auto finish = [&](int32_t state, std::string reason) { return this->record(record, state, std::move(reason)); };
 
     // When the last provider, custom op or value of this plugin lets go, its shutdown hook runs before the unload.
     auto shutdown = std::make_shared<void (*)(void)>(nullptr);
@@ -414,6 +528,7 @@ PluginRecord PluginManager::load(const fs::path& path) {
     if (exports.name != nullptr) record.name = exports.name;
     if (exports.version != nullptr) record.version = exports.version;
     if (status != nullptr) {
+        status = adopt_plugin_status(status, "its entry function");
         std::string reason = status->message;
         bool abi = status->code == TESS_STATUS_ABI_MISMATCH;
         release_status(status);
@@ -442,7 +557,8 @@ PluginRecord PluginManager::load(const fs::path& path) {
         provider->library = library;
         provider->available = true;
         if (api->check_available != nullptr) {
-            TessStatus* why = api->check_available(api->provider_data);
+            TessStatus* why = adopt_plugin_status(api->check_available(api->provider_data),
+                                                  fmt::format("provider '{}' check_available", provider->name));
             if (why != nullptr) {
                 provider->available = false;
                 provider->unavailable_reason = why->message;

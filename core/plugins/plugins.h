@@ -11,6 +11,7 @@
 #include <boost/dll/shared_library.hpp>
 
 #include "common/value.h"
+#include "plugins/probe.h"
 #include "tessera/custom_op.h"
 #include "tessera/provider.h"
 #include "tessera/tessera.h"
@@ -93,9 +94,11 @@ struct PluginRecord {
 // The plugins of one environment.
 class PluginManager {
 public:
+    // How files are probed before they are loaded (probe.h); the default probes.  Set before discover().
+    void set_probe_settings(const ProbeSettings& settings);
     // Discovery: <libdir>/tessera/plugins, then TESSERA_PLUGIN_PATH, then `extra_path` (colon-separated).
     void discover(bool default_dirs, const std::string& extra_path);
-    // Loads one file; returns the record (also stored in the report).
+    // Loads one file (probed first); returns the record (also stored in the report).
     PluginRecord load(const std::filesystem::path& path);
 
     std::vector<PluginRecord> report() const;
@@ -107,9 +110,16 @@ public:
     static std::filesystem::path default_plugin_dir();  // <dir of libtessera>/tessera/plugins
 
 private:
-    void scan_directory(const std::filesystem::path& dir);
+    // Appends the candidates of one plugin directory, sorted, to `out`.
+    void list_directory(const std::filesystem::path& dir, std::vector<std::filesystem::path>& out) const;
+    std::vector<PluginRecord> load_files(const std::vector<std::filesystem::path>& paths, bool explicit_load);
+    // Loads a file whose probe went well (or that was not probed) into this process.
+    PluginRecord load_in_process(PluginRecord record);
+    // Completes a record, adds it to the report and logs a skipped file at `log_level`.
+    PluginRecord record(PluginRecord record, int32_t state, std::string reason, int32_t log_level = TESS_LOG_INFO);
 
     mutable std::mutex mutex_;
+    ProbeSettings probe_;
     std::vector<PluginRecord> records_;
     std::vector<std::shared_ptr<const Provider>> providers_;
     std::vector<std::shared_ptr<const CustomOp>> custom_ops_;

@@ -239,7 +239,7 @@ std::vector<int> Session::place_nodes(const Graph& graph, const std::vector<size
         for (size_t n : open) capability.offered[n] = true;
         TessStatus* status = instances_[p]->api().get_capability(instances_[p]->handle(), view, &capability);
         if (status != nullptr) {  // a provider that cannot answer claims nothing here; compile() reports it later
-            release_status(status);
+            release_status(adopt_plugin_status(status, "a capability query"));
             continue;
         }
         for (size_t claimed : capability.claimed)
@@ -260,7 +260,11 @@ std::vector<ValuePtr> Session::evaluate_constant_node(const Graph& graph, size_t
             TessCapabilityContext capability;
             capability.offered.assign(graph.nodes.size(), false);
             capability.offered[node_index] = true;
-            throw_if_error(instance->api().get_capability(instance->handle(), view, &capability));
+            TessStatus* status = instance->api().get_capability(instance->handle(), view, &capability);
+            if (status != nullptr) {  // this provider cannot answer; another host provider may
+                release_status(adopt_plugin_status(status, "a capability query"));
+                continue;
+            }
             if (capability.claimed.empty()) continue;
             CompiledPartition part;
             part.instance = instance.get();
@@ -285,6 +289,7 @@ std::vector<ValuePtr> Session::evaluate_constant_node(const Graph& graph, size_t
 void Session::compile(const TessSessionOptions& options) {
     PartitionRequest request;
     request.graph = &graph_;
+    request.strict = options.strict;
     for (auto& instance : instances_) request.providers.push_back(instance.get());
 
     // A provider that fails to compile a group gives those nodes up to the next provider (unless strict).
@@ -310,6 +315,7 @@ void Session::compile(const TessSessionOptions& options) {
         std::set<std::pair<size_t, size_t>> released_reads;  // constants the compiled partitions copied
         const int64_t partition_start = Profiler::now_ns();
         PartitionResult plan = partition_graph(request);
+        request.skipped.insert(plan.failed_queries.begin(), plan.failed_queries.end());  // asked once per session
         partition_end_ns_ = profile_phase("partition", partition_start,
                                           fmt::format("{{\"groups\":{},\"attempt\":{}}}", plan.groups.size(), attempt));
         std::vector<CompiledPartition> compiled;
@@ -326,7 +332,9 @@ void Session::compile(const TessSessionOptions& options) {
             releases.view = view;
             if (free_at_release) releases.on_release = free_at_release;
             active_compile_releases() = &releases;
-            TessStatus* status = part.instance->api().compile(part.instance->handle(), view, &part.compiled);
+            TessStatus* status = adopt_plugin_status(
+                part.instance->api().compile(part.instance->handle(), view, &part.compiled),
+                fmt::format("provider '{}' compile", part.instance->provider().name));
             active_compile_releases() = nullptr;
             for (const auto& read : releases.released) released_reads.insert(read);
             if (status != nullptr) {

@@ -3,7 +3,8 @@
 # .device/bundle/ and .device/bundle.tar.gz (ignored by git).  The GPU machine has the CUDA driver, CUDA 13, cuDNN,
 # PyTorch and onnxruntime, but none of our Debian -dev packages and no network, so the bundle carries:
 #   bin/     tessera, cuda_tests, tessera_conformance
-#   lib/     libtessera.so* and lib/tessera/plugins/ (cpu, cuda, cuda/libtessera_cuda_impl.so, custom-op libraries)
+#   lib/     libtessera.so*, lib/tessera/tessera-plugin-scanner and lib/tessera/plugins/ (cpu, cuda,
+#            cuda/libtessera_cuda_impl.so, custom-op libraries)
 #   deps/    every shared library they load that a base image lacks (protobuf, onnx, boost, fmt, OpenBLAS, ...),
 #            found with ldd; never glibc and never the CUDA libraries (the GPU machine has its own)
 #   compat/  libstdc++ and libgcc_s, used only where the machine's libstdc++ is older than ours
@@ -29,7 +30,7 @@ locked() {  # the shared build lock of this workplace, when there is one
 if [ "${TESSERA_BUNDLE_SKIP_BUILD:-0}" != 1 ]; then
   [ -f "$build/CMakeCache.txt" ] || locked cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
   locked cmake --build "$build" -j "${JOBS:-2}" --target tessera_cli tessera_cpu tessera_cuda cuda_tests \
-    tessera_conformance
+    tessera_conformance tessera_plugin_scanner
 fi
 for f in "$build/bin/tessera" "$build/bin/cuda_tests" "$build/lib/tessera/plugins/libtessera_cuda.so" \
          "$build/lib/tessera/plugins/cuda/libtessera_cuda_impl.so"; do
@@ -45,6 +46,7 @@ done
 cp -a "$build"/lib/libtessera.so* "$out/lib/"
 mkdir -p "$out/lib/tessera"
 cp -a "$build/lib/tessera/plugins" "$out/lib/tessera/"
+cp -a "$build/lib/tessera/tessera-plugin-scanner" "$out/lib/tessera/"  # probes plugins before they are loaded
 
 # ---- Shared libraries the GPU machine lacks -------------------------------------------------------------------------
 base_re='^(linux-vdso|ld-linux[^ ]*|libc|libm|libdl|librt|libpthread|libresolv|libutil|libmvec)\.so'

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # End-to-end checks of the `tessera` command: plugin report with broken plugins present, runs that still work, bench
 # reports, and bad input reported as one error line with a non-zero exit status.
-# Usage: test_cli.sh TESSERA_BINARY TEST_PLUGIN_DIR BACKEND_DATA_DIR [SAMPLE_PLUGIN_DIR]
+# Usage: test_cli.sh TESSERA_BINARY TEST_PLUGIN_DIR BACKEND_DATA_DIR [SAMPLE_PLUGIN_DIR [MISBEHAVING_PLUGIN_DIR]]
 set -uo pipefail
 tessera=$1; test_plugins=$2; data=$3; sample_plugins=${4:-$(dirname "$tessera")/../lib/tessera/samples}
+misbehaving=${5:-}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+export XDG_CACHE_HOME="$work/cache"  # plugin probe verdicts: this run's own cache, never the user's
+unset TESSERA_PLUGIN_PROBE TESSERA_PLUGIN_PROBE_TIMEOUT_MS
 failures=0; passed=0
 check() {  # check NAME COMMAND... : the command must succeed
   local name=$1; shift
@@ -25,9 +28,49 @@ check "report names the missing entry symbol" grep -q "no entry symbol" "$work/r
 check "json report parses" python3 -c "import json,sys; r=json.load(open('$work/report.json')); sys.exit(0 if any(p['state']=='skipped' for p in r['plugins']) else 1)"
 
 check "run of the embedded model" "$tessera" run
+
 case_dir="$data/simple/test_single_relu_model"
 check "run with --inputs/--outputs" "$tessera" run "$case_dir/model.onnx" --inputs "$case_dir/test_data_set_0" --outputs "$work/out"
 check "outputs written" test -s "$work/out/output_0.pb"
+
+# Plugins that crash, abort, exit or hang while loading, and entries that are no plugin at all: each is reported as
+# skipped with what happened, and runs still work.  The probe timeout is short so that the hanging one costs 1 s.
+if [ -n "$misbehaving" ] && [ -d "$misbehaving" ]; then
+  mkdir -p "$work/misbehaving"
+  cp "$misbehaving"/*.so "$work/misbehaving/"
+  mkdir "$work/misbehaving/libx.so"
+  ln -s libnowhere.so "$work/misbehaving/libdangling.so"
+  probe_env=(env TESSERA_PLUGIN_PATH="$work/plugins:$work/misbehaving" TESSERA_PLUGIN_PROBE_TIMEOUT_MS=1000)
+  "${probe_env[@]}" "$tessera" plugins > "$work/isolation.txt" 2>&1; status=$?
+  check "plugins exits 0 with misbehaving plugins" test $status -eq 0
+  check "report: a crash in the entry" grep -q "crashed while being loaded in its probe process (SIGSEGV" "$work/isolation.txt"
+  check "report: an abort" grep -q "aborted while being loaded in its probe process (SIGABRT)" "$work/isolation.txt"
+  check "report: exit(0)" grep -q "ended the process (exit status 0) while being loaded" "$work/isolation.txt"
+  check "report: a hang" grep -q "hung while being loaded in its probe process: no answer within 1 s" "$work/isolation.txt"
+  check "report: a crash at unload" grep -q "crashed while being unloaded" "$work/isolation.txt"
+  check "report: a foreign status" grep -q "returned a status the host did not create" "$work/isolation.txt"
+  check "report: a directory named libx.so" grep -q "a directory, not a plugin file" "$work/isolation.txt"
+  check "report: a dangling link" grep -q "a dangling symbolic link (to 'libnowhere.so')" "$work/isolation.txt"
+  check "report: the cpu provider still loaded" grep -q "^providers (priority order): .*cpu" "$work/isolation.txt"
+  "${probe_env[@]}" "$tessera" plugins --json > "$work/isolation.json" 2> /dev/null
+  check "json report lists every candidate with a reason" python3 -c "
+import json, sys
+plugins = {p['path'].rsplit('/', 1)[-1]: p for p in json.load(open('$work/isolation.json'))['plugins']}
+names = ['libtest_crash_entry.so', 'libtest_crash_constructor.so', 'libtest_abort_entry.so', 'libtest_exit_entry.so',
+         'libtest_hang_entry.so', 'libtest_crash_unload.so', 'libtest_foreign_status.so', 'libx.so', 'libdangling.so']
+bad = [n for n in names if n not in plugins or plugins[n]['state'] != 'skipped' or not plugins[n]['reason']]
+print('not reported as skipped:', bad) if bad else None
+sys.exit(1 if bad else 0)"
+  check "second report reuses the cached verdicts" grep -q "(cached verdict)" "$work/isolation.json"
+  "${probe_env[@]}" "$tessera" run "$case_dir/model.onnx" --inputs "$case_dir/test_data_set_0" \
+    --outputs "$work/isolation_out" > /dev/null 2> "$work/isolation_run.err"; status=$?
+  check "run works with misbehaving plugins present" test $status -eq 0 -a -s "$work/isolation_out/output_0.pb"
+  check "run warns about the provider whose capability query fails" \
+    grep -q "provider 'flaky' is skipped for this session" "$work/isolation_run.err"
+  "${probe_env[@]}" "$tessera" plugins --rescan > "$work/rescan.txt" 2>&1
+  check "plugins --rescan probes again" sh -c "grep -q 'crashed while being loaded' '$work/rescan.txt' &&
+    ! grep -q '(cached verdict)' '$work/rescan.txt'"
+fi
 
 # Bad input: one line on stderr, exit status 1.  $bad_prefix (e.g. "timeout 20") wraps the command.
 bad() {  # bad NAME ARGS... : must exit non-zero ($want_status when set) with exactly one 'tessera: error:' line

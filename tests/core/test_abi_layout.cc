@@ -20,7 +20,9 @@ static_assert(offsetof(TessEnvOptions, log_level) == 8);
 static_assert(offsetof(TessEnvOptions, log_callback) == 16);
 static_assert(offsetof(TessEnvOptions, plugin_path) == 32);
 static_assert(offsetof(TessEnvOptions, no_default_plugin_dirs) == 40);
-static_assert(sizeof(TessEnvOptions) == 48);
+static_assert(offsetof(TessEnvOptions, plugin_probe_timeout_ms) == 48);  // past the old struct (48 bytes)
+static_assert(offsetof(TessEnvOptions, plugin_probe) == 56);
+static_assert(sizeof(TessEnvOptions) == 64);
 
 static_assert(offsetof(TessPluginInfo, path) == 8);
 static_assert(offsetof(TessPluginInfo, state) == 32);

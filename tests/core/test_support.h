@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <stdlib.h>
+
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
@@ -17,6 +19,19 @@ namespace tessera::test {
 // Directories produced by the build (compile definitions from tests/CMakeLists.txt).
 inline std::filesystem::path plugin_dir() { return TESSERA_TEST_PLUGIN_DIR; }        // the real plugins (cpu)
 inline std::filesystem::path test_plugin_dir() { return TESSERA_TEST_EXTRA_PLUGIN_DIR; }  // test-only plugins
+#ifdef TESSERA_TEST_PLUGIN_SCANNER  // core_tests
+// Plugins that crash, abort, exit or hang (plugins/misbehaving.c); only the isolation tests search them.
+inline std::filesystem::path misbehaving_plugin_dir() { return TESSERA_TEST_MISBEHAVING_PLUGIN_DIR; }
+inline std::filesystem::path test_cache_dir() { return TESSERA_TEST_CACHE_DIR; }
+
+// The core is linked into the test program, so the plugin scanner is not next to it: name the one the build made.
+// Probe verdicts go to a cache in the build tree, never to the user's.
+inline const bool kProbeEnvironmentSet = [] {
+    ::setenv("TESSERA_PLUGIN_SCANNER", TESSERA_TEST_PLUGIN_SCANNER, 1);
+    ::setenv("XDG_CACHE_HOME", TESSERA_TEST_CACHE_DIR, 1);
+    return true;
+}();
+#endif
 
 struct ModelBuilder {
     onnx::ModelProto model;

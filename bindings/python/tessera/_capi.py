@@ -90,6 +90,8 @@ class EnvOptions(_Sized):
         ("log_user_data", c_void_p),
         ("plugin_path", c_char_p),
         ("no_default_plugin_dirs", c_int32),
+        ("plugin_probe_timeout_ms", c_int64),
+        ("plugin_probe", c_int32),
     ]
 
 

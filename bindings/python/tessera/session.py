@@ -31,6 +31,8 @@ class LogLevel(enum.IntEnum):
 
 
 _PLUGIN_STATES = {0: "loaded", 1: "unavailable", 2: "skipped"}
+# TessPluginProbe (tessera.h): how plugin files are probed in a child process before they are loaded.
+_PLUGIN_PROBE_MODES = {"auto": 0, "off": 1, "rescan": 2}
 
 
 
@@ -47,12 +49,23 @@ class Environment:
         log_level: a :class:`LogLevel`; messages above it are dropped.
         log_callback: ``callback(level, message)`` receives the log instead of stderr; it may be called from the
             runtime's threads, and exceptions it raises are ignored.
+        plugin_probe: ``"auto"`` (default) loads each plugin file in a child process first and skips, with the
+            reason in :meth:`plugins`, one that crashes, aborts, exits or hangs there (verdicts are cached per file);
+            ``"off"`` loads plugins in this process unprobed; ``"rescan"`` probes every file again.
+        plugin_probe_timeout: seconds a plugin may take in its probe before it counts as hung (default: the
+            ``TESSERA_PLUGIN_PROBE_TIMEOUT_MS`` environment variable, or 10).
     """
 
     def __init__(self, plugin_path: str | Sequence[str] | None = None, no_default_plugin_dirs: bool = False,
-                 log_level: int = LogLevel.WARNING, log_callback: Callable[[int, str], None] | None = None) -> None:
+                 log_level: int = LogLevel.WARNING, log_callback: Callable[[int, str], None] | None = None,
+                 plugin_probe: str = "auto", plugin_probe_timeout: float | None = None) -> None:
         if plugin_path is not None and not isinstance(plugin_path, (str, os.PathLike)):
             plugin_path = os.pathsep.join(os.fspath(p) for p in plugin_path)
+        if plugin_probe not in _PLUGIN_PROBE_MODES:
+            raise InvalidArgument(f"plugin_probe must be one of {', '.join(_PLUGIN_PROBE_MODES)}, not {plugin_probe!r}")
+        if plugin_probe_timeout is not None and not plugin_probe_timeout > 0:
+            raise InvalidArgument(
+                f"plugin_probe_timeout must be a positive number of seconds, not {plugin_probe_timeout!r}")
         options = EnvOptions()
         options.log_level = int(log_level)
         self._log_trampoline = None
@@ -66,6 +79,9 @@ class Environment:
             options.log_callback = self._log_trampoline
         options.plugin_path = os.fspath(plugin_path).encode("utf-8") if plugin_path else None
         options.no_default_plugin_dirs = 1 if no_default_plugin_dirs else 0
+        options.plugin_probe = _PLUGIN_PROBE_MODES[plugin_probe]
+        if plugin_probe_timeout is not None:
+            options.plugin_probe_timeout_ms = max(1, round(plugin_probe_timeout * 1000))
         handle = Handle()
         check(lib.tess_env_create(ctypes.byref(options), ctypes.byref(handle)))
         self._handle = handle.value

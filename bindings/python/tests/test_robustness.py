@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from model_factory import make_model, tensor, unary_model
@@ -139,3 +141,39 @@ def test_a_run_that_would_pass_the_memory_limit_fails_cleanly_and_the_session_st
     np.testing.assert_array_equal(y, reference.run(None, {"x": small})[0])
     with pytest.raises(tessera.InvalidArgument, match="memory_limit_bytes"):
         tessera.InferenceSession(model, memory_limit_bytes=-1)
+
+
+# Plugin isolation: plugins that crash, abort, exit or hang while loading (tests/plugins/misbehaving.c; ctest names
+# their directory) are skipped with what happened, and this process lives on to report it.
+MISBEHAVING_PLUGINS = os.environ.get("TESSERA_TEST_MISBEHAVING_PLUGINS", "")
+
+
+@pytest.mark.skipif(not os.path.isdir(MISBEHAVING_PLUGINS), reason="TESSERA_TEST_MISBEHAVING_PLUGINS is not set")
+def test_misbehaving_plugins_are_skipped_with_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    env = tessera.Environment(plugin_path=[MISBEHAVING_PLUGINS], no_default_plugin_dirs=True, plugin_probe_timeout=1,
+                              log_level=tessera.LogLevel.ERROR)
+    report = {os.path.basename(p["path"]): p for p in env.plugins()}
+    expected = {
+        "libtest_crash_entry.so": "crashed while being loaded in its probe process (SIGSEGV",
+        "libtest_abort_entry.so": "aborted while being loaded in its probe process (SIGABRT)",
+        "libtest_exit_entry.so": "ended the process (exit status 0)",
+        "libtest_hang_entry.so": "hung while being loaded",
+        "libtest_foreign_status.so": "returned a status the host did not create",
+    }
+    for name, reason in expected.items():
+        assert report[name]["state"] == "skipped" and reason in report[name]["reason"], report[name]
+    assert report["libtest_capability_error.so"]["state"] == "loaded"
+    # A second environment takes the verdicts from the cache instead of probing again (with no longer a timeout: a
+    # longer one would give the hanging plugin another chance).
+    again = tessera.Environment(plugin_path=[MISBEHAVING_PLUGINS], no_default_plugin_dirs=True, plugin_probe_timeout=1,
+                                log_level=tessera.LogLevel.ERROR)
+    assert all("(cached verdict)" in p["reason"] for p in again.plugins()
+               if os.path.basename(p["path"]) in expected and "foreign" not in p["path"])
+
+
+def test_plugin_probe_options_are_checked():
+    with pytest.raises(tessera.InvalidArgument, match="plugin_probe must be one of auto, off, rescan"):
+        tessera.Environment(plugin_probe="sometimes")
+    with pytest.raises(tessera.InvalidArgument, match="plugin_probe_timeout must be a positive number"):
+        tessera.Environment(plugin_probe_timeout=0)

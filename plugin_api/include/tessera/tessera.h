@@ -49,22 +49,45 @@ typedef struct TessEnvOptions {
     const char* plugin_path;
     /* Non-zero: skip <libdir>/tessera/plugins and TESSERA_PLUGIN_PATH (only plugin_path and explicit loads). */
     int32_t no_default_plugin_dirs;
+    /* ---- Appended in API 0.1: plugin isolation.  (The int64 comes first so that it starts past the padding of the
+     * older struct, whose struct_size was 48.) ---- */
+    /* How long one plugin file may take to load and unload in its probe process before it counts as hung and is
+     * skipped, in milliseconds.  0 (the default): TESSERA_PLUGIN_PROBE_TIMEOUT_MS, or 10000.  Since API 0.1. */
+    int64_t plugin_probe_timeout_ms;
+    /* TessPluginProbe: whether plugin files are probed in a child process before they are loaded.  Since API 0.1. */
+    int32_t plugin_probe;
 } TessEnvOptions;
 
+/* Plugin isolation (TessEnvOptions.plugin_probe).  By default every plugin file discovery finds, and every file given
+ * to tess_env_load_plugin, is first loaded and unloaded by a helper process (tessera-plugin-scanner, installed in
+ * <libdir>/tessera/).  A plugin that crashes, aborts, ends the process or hangs there is never loaded into this
+ * process: the plugin report lists it as skipped with what happened.  Verdicts are cached per file (path, size and
+ * modification time) in $XDG_CACHE_HOME/tessera/plugin-probes.txt (~/.cache/... without XDG_CACHE_HOME), so a file
+ * is probed again only when it changes or the core does (one that hung, also when the timeout grows).  Without the
+ * helper, files are loaded in process (with a warning).  Since API 0.1. */
+typedef enum TessPluginProbe {
+    TESS_PLUGIN_PROBE_AUTO = 0,  /* probe files without a cached verdict; TESSERA_PLUGIN_PROBE=0 turns probing off */
+    TESS_PLUGIN_PROBE_OFF = 1,   /* load every file in this process, unprobed (a debugger sees the plugin's crash) */
+    TESS_PLUGIN_PROBE_RESCAN = 2 /* probe every file again, ignoring cached verdicts, and cache the new ones */
+} TessPluginProbe;
+
 /* Creates an environment and loads every plugin found by discovery.  A broken plugin never fails this call: it is
- * recorded in the plugin report with the reason.  `options` may be NULL (defaults).  Release with tess_env_release
- * after every session created from it has been released. */
+ * recorded in the plugin report with the reason (every entry of a plugin directory is reported, except hidden
+ * files and directories whose names do not look like a library).  `options` may be NULL (defaults).  Release with
+ * tess_env_release after every session created from it has been released. */
 TESS_EXPORT TessStatus* tess_env_create(const TessEnvOptions* options, TessEnv** out_env);
 TESS_EXPORT void tess_env_release(TessEnv* env);
 
-/* Loads one plugin file explicitly.  The outcome is also appended to the plugin report; the returned status says
- * why the file was skipped when it was.  Thread-safe, but sessions created earlier do not see the new plugin. */
+/* Loads one plugin file explicitly (probed first, as in discovery).  The outcome is also appended to the plugin
+ * report; the returned status says why the file was skipped when it was.  Thread-safe, but sessions created earlier
+ * do not see the new plugin. */
 TESS_EXPORT TessStatus* tess_env_load_plugin(TessEnv* env, const char* path);
 
 typedef enum TessPluginState {
     TESS_PLUGIN_LOADED = 0,      /* usable */
     TESS_PLUGIN_UNAVAILABLE = 1, /* loaded, but it says it cannot run here (no device, missing library) */
-    TESS_PLUGIN_SKIPPED = 2      /* not loaded: not a library, no entry symbol, ABI out of range, init failed */
+    TESS_PLUGIN_SKIPPED = 2      /* not loaded: not a library, no entry symbol, ABI out of range, init failed, or it
+                                    crashed, aborted, exited or hung in its probe (TessPluginProbe) */
 } TessPluginState;
 
 /* One entry of the plugin report.  Strings are owned by the environment. */

@@ -297,6 +297,8 @@ struct EnvOptions {
     LogFunction log;                       // empty: warnings and errors go to stderr
     std::string plugin_path;               // colon-separated extra plugin directories
     bool no_default_plugin_dirs = false;   // only plugin_path and explicit loads
+    TessPluginProbe plugin_probe = TESS_PLUGIN_PROBE_AUTO;  // probe plugin files in a child process first
+    int64_t plugin_probe_timeout_ms = 0;   // 0: TESSERA_PLUGIN_PROBE_TIMEOUT_MS or 10 s
 };
 
 // One entry of the plugin report.
@@ -332,6 +334,8 @@ public:
         }
         c.plugin_path = options.plugin_path.empty() ? nullptr : options.plugin_path.c_str();
         c.no_default_plugin_dirs = options.no_default_plugin_dirs ? 1 : 0;
+        c.plugin_probe = options.plugin_probe;
+        c.plugin_probe_timeout_ms = options.plugin_probe_timeout_ms;
         check(tess_env_create(&c, &env_));
     }
     Env(Env&& other) noexcept : env_(std::exchange(other.env_, nullptr)), log_(std::move(other.log_)) {}
