@@ -41,7 +41,9 @@ const TessValueView* GraphViewBuilder::value(const std::string& name) {
         view.kind = constant.kind;
         view.element_type = constant.element_type;
         view.rank = static_cast<int64_t>(constant.dims.size());
-        view.dims = constant.dims.data();
+        // A copy: a constant every reader has released (compile_release_constant) is freed during the compile,
+        // while the view, its dims included, must stay valid until the compile returns.
+        view.dims = keep(constant.dims);
     }
     const TessValueView* stored = &value_store_.emplace_back(view);
     values_[name] = stored;

@@ -9,14 +9,15 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <string_view>
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <onnx/defs/schema.h>
-#include <onnx/shape_inference/implementation.h>
 
 #include "common/status.h"
 #include "model/functions.h"
+#include "model/guarded_inference.h"
 #include "model/tensor_proto.h"
 
 namespace tessera {
@@ -37,12 +38,15 @@ void infer_types_best_effort(onnx::ModelProto& model) {
         if (it == known.end()) continue;  // a custom domain: its nodes are simply not inferred
         if (opset.version() > it->second.second) return;
     }
-    try {
-        onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
-                                           onnx::ShapeInferenceOptions(false, 0, false));
-    } catch (const std::exception&) {
-        // Inference is only a hint; the model is validated by our own checks and run-time shapes are authoritative.
-    }
+    infer_shapes_guarded(model);  // errors are swallowed: inference is only a hint
+}
+
+// Names reach providers through the plugin ABI as C strings: one holding a NUL byte would arrive as another,
+// shorter name (an op type "Relu\0x" as "Relu", two values as one), so such models are refused.
+void check_name(const std::string& name, std::string_view kind) {
+    const size_t nul = name.find('\0');
+    if (nul != std::string::npos)
+        fail(TESS_STATUS_INVALID_MODEL, "{} '{}...' contains a NUL byte", kind, name.substr(0, nul));
 }
 
 void merge_type(Graph& graph, const onnx::ValueInfoProto& info) {
@@ -92,6 +96,7 @@ Graph build_graph(const onnx::GraphProto& g, const Scope& scope, onnx::GraphProt
     for (int i = 0; i < g.initializer_size(); ++i) {
         const auto& init = g.initializer(i);
         if (init.name().empty()) fail(TESS_STATUS_INVALID_MODEL, "an initializer has no name");
+        check_name(init.name(), "initializer");
         if (graph.initializers.count(init.name()))
             fail(TESS_STATUS_INVALID_MODEL, "initializer '{}' is defined twice", init.name());
         const std::string what = fmt::format("initializer '{}'", init.name());
@@ -116,6 +121,7 @@ Graph build_graph(const onnx::GraphProto& g, const Scope& scope, onnx::GraphProt
     std::unordered_set<std::string> seen_inputs;
     for (const auto& input : g.input()) {
         if (input.name().empty()) fail(TESS_STATUS_INVALID_MODEL, "a graph input has no name");
+        check_name(input.name(), "graph input");
         if (!seen_inputs.insert(input.name()).second)
             fail(TESS_STATUS_INVALID_MODEL, "graph input '{}' is listed twice", input.name());
         bool is_initializer = graph.initializers.count(input.name()) != 0;
@@ -126,6 +132,7 @@ Graph build_graph(const onnx::GraphProto& g, const Scope& scope, onnx::GraphProt
     for (const auto& info : g.value_info()) merge_type(graph, info);
     for (const auto& output : g.output()) {
         if (output.name().empty()) fail(TESS_STATUS_INVALID_MODEL, "a graph output has no name");
+        check_name(output.name(), "graph output");
         merge_type(graph, output);
         graph.outputs.push_back(output.name());
     }
@@ -148,11 +155,16 @@ Graph build_graph(const onnx::GraphProto& g, const Scope& scope, onnx::GraphProt
         node.op_type = proto.op_type();
         node.domain = normalize_domain(proto.domain());
         if (node.op_type.empty()) fail(TESS_STATUS_INVALID_MODEL, "node #{} ('{}') has no op_type", i, node.name);
+        check_name(node.name, "node name");
+        check_name(node.op_type, "op type");
+        check_name(node.domain, "domain");
         if (graph.opsets.count(node.domain) == 0)
             fail(TESS_STATUS_INVALID_MODEL, "node {} uses domain '{}', which the model does not import", node.label(),
                  node.domain);
         node.inputs.assign(proto.input().begin(), proto.input().end());
         node.outputs.assign(proto.output().begin(), proto.output().end());
+        for (const auto& name : node.inputs) check_name(name, "node input");
+        for (const auto& name : node.outputs) check_name(name, "node output");
         for (const auto& out : node.outputs) {
             if (out.empty()) continue;
             if (!defined.insert(out).second)
@@ -163,6 +175,7 @@ Graph build_graph(const onnx::GraphProto& g, const Scope& scope, onnx::GraphProt
         std::unordered_set<std::string> implicit;
         for (const auto& attr : proto.attribute()) {
             if (attr.name().empty()) fail(TESS_STATUS_INVALID_MODEL, "node {} has an attribute without a name", node.label());
+            check_name(attr.name(), "attribute");
             if (!attr_names.insert(attr.name()).second)
                 fail(TESS_STATUS_INVALID_MODEL, "node {} has attribute '{}' twice", node.label(), attr.name());
             std::vector<const onnx::GraphProto*> bodies;

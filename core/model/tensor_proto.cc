@@ -207,6 +207,8 @@ ValuePtr tensor_from_proto(const onnx::TensorProto& proto, const ExternalDataPol
     }
     check_typed_count(proto, type, count, bytes, what);
     ValuePtr value = make_host_tensor(type, std::move(dims));
+    // An empty repeated field may have no storage at all: memcpy from its NULL data is undefined even for 0 bytes.
+    if (bytes == 0) return value;
     switch (type) {
         case TESS_ELEMENT_FLOAT32:
         case TESS_ELEMENT_COMPLEX64:

@@ -1,7 +1,9 @@
 // Expands ai.onnx.preview.training Gradient nodes into ordinary ONNX nodes by reverse-mode differentiation of the
 // graph, so any provider can run them.  The differentiable set is the elementwise arithmetic the preview operator is
 // used with (Add, Sub, Mul, Div, Neg, Identity) on operands of equal shape; anything else is a clear error.
+#include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -16,7 +18,18 @@ constexpr const char* kTrainingDomain = "ai.onnx.preview.training";
 
 class GradientBuilder {
 public:
-    GradientBuilder(Graph& graph, const Node& gradient, size_t id) : graph_(graph), gradient_(gradient), id_(id) {}
+    GradientBuilder(Graph& graph, const Node& gradient, size_t id) : graph_(graph), gradient_(gradient), id_(id) {
+        // The names the expansion must not reuse: a generated value named like one of the model's would give that
+        // value two producers.
+        for (const auto& node : graph_.nodes) {
+            taken_.insert(node.inputs.begin(), node.inputs.end());
+            taken_.insert(node.outputs.begin(), node.outputs.end());
+        }
+        taken_.insert(graph_.inputs.begin(), graph_.inputs.end());
+        taken_.insert(graph_.outputs.begin(), graph_.outputs.end());
+        for (const auto& [name, value] : graph_.initializers) taken_.insert(name);
+        for (const auto& [name, type] : graph_.types) taken_.insert(name);
+    }
 
     std::vector<Node> build() {
         const onnx::AttributeProto* xs_attr = gradient_.attribute("xs");
@@ -85,6 +98,15 @@ private:
             fail(TESS_STATUS_NOT_IMPLEMENTED, "Gradient cannot differentiate {}", node.label());
         same_shape(node);
         const auto& in = node.inputs;
+        // The nodes were only checked to be well formed graph-wise: one with the wrong number of inputs for its
+        // operator (or an omitted one) is reported here, before in[0] or in[1] is read.
+        const bool binary = op == "Add" || op == "Sub" || op == "Mul" || op == "Div";
+        const bool unary = op == "Neg" || op == "Identity";
+        const size_t needed = binary ? 2 : 1;
+        const bool omitted = std::any_of(in.begin(), in.end(), [](const std::string& n) { return n.empty(); });
+        if ((binary || unary) && (in.size() != needed || omitted))
+            fail(TESS_STATUS_INVALID_MODEL, "Gradient: {} needs {} input(s), it has {}", node.label(), needed,
+                 in.size());
         if (op == "Add") {
             accumulate(in[0], g);
             accumulate(in[1], g);
@@ -118,7 +140,12 @@ private:
         node.op_type = op;
         node.name = fmt::format("{}/grad{}/{}{}", gradient_.name, id_, op, nodes_.size());
         node.inputs = std::move(inputs);
-        if (output.empty()) output = fmt::format("{}/grad{}/v{}", gradient_.name, id_, nodes_.size());
+        if (output.empty()) {
+            const std::string base = fmt::format("{}/grad{}/v{}", gradient_.name, id_, nodes_.size());
+            output = base;
+            for (int suffix = 1; taken_.count(output); ++suffix) output = fmt::format("{}_{}", base, suffix);
+            taken_.insert(output);
+        }
         node.outputs = {output};
         nodes_.push_back(std::move(node));
         return nodes_.back();
@@ -133,6 +160,7 @@ private:
     size_t id_;
     std::vector<Node> nodes_;
     std::unordered_map<std::string, std::string> grads_;
+    std::unordered_set<std::string> taken_;
 };
 
 class ExpandGradient : public GraphPass {

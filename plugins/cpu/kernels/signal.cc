@@ -462,7 +462,8 @@ void register_signal_kernels(KernelRegistry& registry) {
                                .end_version = 0,
                                .input_types = {{0, kIndexTypes}},
                                .memory = KernelMemory::Normal,
-                               .factory = [shape](const NodeInfo& info) -> std::unique_ptr<Kernel> {
+                               // An init-capture: clang before 16 cannot capture a structured binding.
+                               .factory = [shape = shape](const NodeInfo& info) -> std::unique_ptr<Kernel> {
                                    return std::make_unique<WindowKernel>(info, shape);
                                }});
     }

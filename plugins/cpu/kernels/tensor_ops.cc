@@ -2,6 +2,7 @@
 // Scatter*, Pad, Tile, Expand, DepthToSpace, SpaceToDepth, Trilu, OneHot) work on element bytes through
 // util/data_movement.h, so one code path serves every element type including strings and packed types.  Cast and
 // CastLike convert through util/element_convert.h; TopK, CumSum and NonZero dispatch on value types.
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -801,7 +802,12 @@ __attribute__((target("avx,f16c"))) void half_to_float_f16c(const uint16_t* in, 
 }
 
 bool has_f16c() {
-    static const bool supported = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    // F16C is read from CPUID directly: clang before 15 does not know __builtin_cpu_supports("f16c").  The "avx"
+    // check also covers the OS saving the YMM registers.
+    static const bool supported = [] {
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0 && __builtin_cpu_supports("avx");
+    }();
     return supported;
 }
 
