@@ -29,7 +29,10 @@ Binding bind_value(const TessValue* value) {
     b.present = true;
     b.value = value;
     if (host().value_kind(value) == TESS_VALUE_TENSOR) b.tensor = tensor_of(value);
-    else b.tensor = Tensor{host().value_element_type(value), {}, nullptr, const_cast<TessValue*>(value)};
+    // A sequence or optional has no tensor; the stand-in has no elements, so that a kernel fed one by a malformed
+    // model (kernels are chosen by element type) reads nothing instead of a NULL pointer.  Kernels that take such
+    // values read `value`.
+    else b.tensor = Tensor{host().value_element_type(value), {0}, nullptr, const_cast<TessValue*>(value)};
     return b;
 }
 
@@ -154,13 +157,6 @@ public:
     }
     const Tensor& input(size_t i) const override {
         if (!has_input(i)) throw KernelError(step_.label + ": input " + std::to_string(i) + " is missing");
-        // A sequence or an optional where the operator takes a tensor (a malformed model: types are only checked
-        // by element type) has no tensor here, only an empty one whose data is NULL.
-        const TessValue* value = ws_.values[step_.inputs[i]];
-        if (value != nullptr && host().value_kind(value) != TESS_VALUE_TENSOR)
-            throw KernelError(step_.label + ": input " + std::to_string(i) + " is a " +
-                              (host().value_kind(value) == TESS_VALUE_SEQUENCE ? "sequence" : "non-tensor value") +
-                              ", not a tensor");
         return ws_.tensors[step_.inputs[i]];
     }
     const TessValue* input_value(size_t i) const override {

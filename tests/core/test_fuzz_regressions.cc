@@ -125,8 +125,8 @@ TEST(FuzzRegressions, GradientThroughANodeWithTooFewInputsIsAnError) {
 
 // fuzz_model, UBSan: "load of null pointer of type 'const float'" in the CPU provider's unary kernels: an Acosh
 // whose input was a sequence of float tensors (kernels are chosen by element type) read the empty tensor the
-// executor keeps for a non-tensor value.  The executor now refuses a non-tensor where a kernel reads a tensor.
-TEST(FuzzRegressions, SequenceWhereATensorIsExpectedIsAnError) {
+// executor keeps for a non-tensor value.  That stand-in now has no elements, so such a kernel reads nothing.
+TEST(FuzzRegressions, SequenceWhereATensorIsExpectedReadsNoMemory) {
     ModelBuilder b(12, 7);
     auto* x = b.graph->add_input();
     x->set_name("x");
@@ -150,10 +150,10 @@ TEST(FuzzRegressions, SequenceWhereATensorIsExpectedIsAnError) {
     const TessValue* inputs[] = {sequence};
     TessValue* out = nullptr;
     StatusPtr status(tess_session_run(session.get(), &name, inputs, 1, nullptr, 1, &out));
-    tess_value_release(out);
-    ASSERT_NE(status, nullptr);
-    EXPECT_NE(std::string(tess_status_message(status.get())).find("not a tensor"), std::string::npos)
-        << tess_status_message(status.get());
+    ValuePtr result(out);
+    // The kernel sees a tensor without elements in place of the sequence (kernels that take sequences read the value
+    // itself), so it reads no memory: an error or an empty result, never a NULL read.
+    if (status == nullptr) EXPECT_EQ(tess_tensor_element_count(result.get()), 0u);
 }
 
 // fuzz_model, UBSan and LeakSanitizer: names reach providers as C strings, so a name with a NUL byte was read as
