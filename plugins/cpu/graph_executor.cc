@@ -154,6 +154,13 @@ public:
     }
     const Tensor& input(size_t i) const override {
         if (!has_input(i)) throw KernelError(step_.label + ": input " + std::to_string(i) + " is missing");
+        // A sequence or an optional where the operator takes a tensor (a malformed model: types are only checked
+        // by element type) has no tensor here, only an empty one whose data is NULL.
+        const TessValue* value = ws_.values[step_.inputs[i]];
+        if (value != nullptr && host().value_kind(value) != TESS_VALUE_TENSOR)
+            throw KernelError(step_.label + ": input " + std::to_string(i) + " is a " +
+                              (host().value_kind(value) == TESS_VALUE_SEQUENCE ? "sequence" : "non-tensor value") +
+                              ", not a tensor");
         return ws_.tensors[step_.inputs[i]];
     }
     const TessValue* input_value(size_t i) const override {
@@ -323,6 +330,11 @@ CompiledGraph::CompiledGraph(const TessGraphView& view, const KernelSource& sour
                 values_.push_back(ValueInfo{});
                 values_.back().name = step.label + "#unused" + std::to_string(o);
             }
+            // Every value has one definition (the loader checks the model; this guards what the core's rewrites
+            // produce): two writers of one value would share, and leak, its buffer.
+            const ValueInfo& existing = values_[id];
+            if (existing.producer >= 0 || existing.input >= 0 || existing.constant != nullptr)
+                throw KernelError(step.label + ": output '" + existing.name + "' is already defined");
             values_[id].producer = static_cast<int>(n);
             step.outputs.push_back(id);
         }

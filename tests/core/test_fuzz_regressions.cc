@@ -123,8 +123,41 @@ TEST(FuzzRegressions, GradientThroughANodeWithTooFewInputsIsAnError) {
     EXPECT_NE(create_error(b).find("needs 2 input(s), it has 1"), std::string::npos) << create_error(b);
 }
 
+// fuzz_model, UBSan: "load of null pointer of type 'const float'" in the CPU provider's unary kernels: an Acosh
+// whose input was a sequence of float tensors (kernels are chosen by element type) read the empty tensor the
+// executor keeps for a non-tensor value.  The executor now refuses a non-tensor where a kernel reads a tensor.
+TEST(FuzzRegressions, SequenceWhereATensorIsExpectedIsAnError) {
+    ModelBuilder b(12, 7);
+    auto* x = b.graph->add_input();
+    x->set_name("x");
+    auto* elem = x->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type();
+    elem->set_elem_type(onnx::TensorProto::FLOAT);
+    b.output("y", {-1});
+    b.node("Acosh", {"x"}, {"y"});
+    EnvPtr env = make_env(plugin_dir().string());
+    const std::string bytes = b.bytes();
+    TessSession* raw = nullptr;
+    StatusPtr created(tess_session_create_from_bytes(env.get(), bytes.data(), bytes.size(), nullptr, nullptr, &raw));
+    SessionPtr session(raw);
+    if (created) return;  // refusing the model outright is as good
+    int64_t dims[] = {4};
+    TessValue* item = nullptr;
+    TESS_ASSERT_OK(tess_value_create_tensor(TESS_ELEMENT_FLOAT32, dims, 1, &item));
+    TessValue* sequence = nullptr;
+    TESS_ASSERT_OK(tess_value_create_sequence(TESS_ELEMENT_FLOAT32, &item, 1, &sequence));
+    ValuePtr owner(sequence);
+    const char* name = "x";
+    const TessValue* inputs[] = {sequence};
+    TessValue* out = nullptr;
+    StatusPtr status(tess_session_run(session.get(), &name, inputs, 1, nullptr, 1, &out));
+    tess_value_release(out);
+    ASSERT_NE(status, nullptr);
+    EXPECT_NE(std::string(tess_status_message(status.get())).find("not a tensor"), std::string::npos)
+        << tess_status_message(status.get());
+}
+
 // fuzz_model, UBSan and LeakSanitizer: names reach providers as C strings, so a name with a NUL byte was read as
-// another one.  One model came with the op type "Acosh\0\0\0\tap" (run as Acosh); another had a Gradient node
+// another one.  The model above came with the op type "Acosh\0\0\0\tap" (run as Acosh); another had a Gradient node
 // named "\x01\0\0\x04radient", whose expansion names its values after the node, so that every generated value
 // reached the CPU provider as "\x01": two steps wrote one value and its first buffer leaked.  Such models are
 // refused when loaded.
