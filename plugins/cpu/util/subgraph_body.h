@@ -55,8 +55,9 @@ public:
         Binding b;
         if (!ctx.has_input(index)) return b;
         b.present = true;
-        b.tensor = ctx.input(index);
         b.value = ctx.input_value(index);
+        // A sequence or an optional passes on as its value; only a tensor has a Tensor view (input() refuses others).
+        if (b.value == nullptr || ctx.host().value_kind(b.value) == TESS_VALUE_TENSOR) b.tensor = ctx.input(index);
         return b;
     }
 
