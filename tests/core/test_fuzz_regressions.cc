@@ -153,7 +153,9 @@ TEST(FuzzRegressions, SequenceWhereATensorIsExpectedReadsNoMemory) {
     ValuePtr result(out);
     // The kernel sees a tensor without elements in place of the sequence (kernels that take sequences read the value
     // itself), so it reads no memory: an error or an empty result, never a NULL read.
-    if (status == nullptr) EXPECT_EQ(tess_tensor_element_count(result.get()), 0u);
+    if (status == nullptr) {
+        EXPECT_EQ(tess_tensor_element_count(result.get()), 0u);
+    }
 }
 
 // fuzz_model, UBSan and LeakSanitizer: names reach providers as C strings, so a name with a NUL byte was read as
