@@ -220,7 +220,8 @@ std::vector<Value> InputFlags::collect(const std::vector<ValueInfo>& inputs, std
         if (ends_with(this->inputs, ".npz")) {
             auto arrays = numpy_io::load_npz(this->inputs);
             for (size_t a = 0; a < arrays.size(); ++a) {
-                auto& [name, value] = arrays[a];
+                const std::string& name = arrays[a].first;  // not a structured binding: lambdas capture it
+                Value& value = arrays[a].second;
                 const bool positional = name == "arr_" + std::to_string(a) && a < inputs.size() &&
                                         std::none_of(inputs.begin(), inputs.end(),
                                                      [&](const ValueInfo& i) { return i.name == name; });
