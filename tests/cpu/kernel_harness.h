@@ -592,4 +592,15 @@ inline std::vector<ValueHandle> run_node(const KernelRegistry& registry, NodeBui
     return run_kernel(*kernel, node, inputs, pool);
 }
 
+// A registry holding the kernel families a test needs, built once per list:
+//     run_node(registry_with<register_tensor_kernels, register_quantize_kernels>(), node, inputs)
+template <auto... Register> const KernelRegistry& registry_with() {
+    static const KernelRegistry registry = [] {
+        KernelRegistry r;
+        (Register(r), ...);
+        return r;
+    }();
+    return registry;
+}
+
 }  // namespace tessera::cpu::testing

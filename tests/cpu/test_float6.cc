@@ -25,15 +25,7 @@ using testing::tensor;
 using testing::ValueHandle;
 using testing::values_of;
 
-const KernelRegistry& registry() {
-    static const KernelRegistry r = [] {
-        KernelRegistry reg;
-        register_tensor_kernels(reg);
-        register_quantize_kernels(reg);
-        return reg;
-    }();
-    return r;
-}
+const KernelRegistry& registry() { return testing::registry_with<register_tensor_kernels, register_quantize_kernels>(); }
 
 struct Float6Type {
     int32_t type;

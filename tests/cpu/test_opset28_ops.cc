@@ -28,14 +28,7 @@ using testing::tensor;
 using testing::ValueHandle;
 using testing::values_of;
 
-const KernelRegistry& registry() {
-    static const KernelRegistry r = [] {
-        KernelRegistry reg;
-        register_all_kernels(reg);
-        return reg;
-    }();
-    return r;
-}
+const KernelRegistry& registry() { return testing::registry_with<register_all_kernels>(); }
 
 template <typename... Ts, typename Fn> void for_each_type(Fn&& fn) { (fn.template operator()<Ts>(), ...); }
 
