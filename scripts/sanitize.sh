@@ -81,6 +81,12 @@ else
 fi
 
 # ---- Verdict -------------------------------------------------------------------------------------------------------
+# The plugin isolation tests load plugins that crash on purpose (tests/plugins/misbehaving.c) in the probe process,
+# which the sanitizer reports like any crash: those reports are the test working, not findings.
+for f in "$reports"/*; do
+  [ -e "$f" ] || continue
+  if grep -q "SUMMARY: .*tests/plugins/misbehaving.c" "$f" && grep -q "tessera-plugin-scanner" "$f"; then rm -f "$f"; fi
+done
 if [ -n "$(ls -A "$reports")" ]; then
   echo "sanitize.sh: sanitizer reports in $reports:" >&2
   for f in "$reports"/*; do
