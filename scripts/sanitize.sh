@@ -3,13 +3,13 @@
 #
 #   scripts/sanitize.sh address   ASan + UBSan into build-asan/: core_tests, cpu_kernel_tests, and the conformance
 #                                 runner over the node suite
-#   scripts/sanitize.sh thread    TSan into build-tsan/: core_tests (its concurrency stress tests with fewer runs)
+#   scripts/sanitize.sh thread    TSan into build-tsan/: core_tests, the concurrency stress tests included
 #
 # Every report is written to $build/sanitizer-reports/ (log_path), so that a report in a forked conformance case or
 # in a test that still passes is not lost; the script fails when any report exists or any test fails.
 # Environment: TESSERA_SANITIZE_BUILD_DIR (another build directory, e.g. build-fuzz, whose ASan+UBSan build
 # scripts/fuzz.sh made: coverage instrumentation changes nothing here and the build is shared), TESSERA_BUILD_JOBS
-# (default: all cores), TESSERA_STRESS_RUNS (TSan: runs per thread of the stress test, default 100).
+# (default: all cores), TESSERA_STRESS_RUNS (TSan: runs per thread of the stress test, default 1000).
 #
 # The Python binding tests are not run: libtessera built with clang's ASan needs its runtime preloaded into the
 # python interpreter (LD_PRELOAD), and then every leak of CPython and numpy is reported too; the C API they wrap is
@@ -76,7 +76,7 @@ if [ "$mode" = address ]; then
   # One case at a time: the runner forks a child per case, and each child has ASan's shadow memory.
   run conformance_node "$bin/tessera_conformance" --suite node --jobs 1 --timeout 300
 else
-  export TESSERA_STRESS_RUNS=${TESSERA_STRESS_RUNS:-100}  # every run is many times slower under TSan
+  export TESSERA_STRESS_RUNS=${TESSERA_STRESS_RUNS:-1000}  # about 8 s under TSan; lower it on a slow machine
   run core_tests "$bin/core_tests" --gtest_brief=1
 fi
 

@@ -520,6 +520,10 @@ PluginRecord PluginManager::load_in_process(PluginRecord record) {
     exports.struct_size = sizeof(exports);
     TessStatus* status = nullptr;
     try {
+        // Entry calls are serialized process-wide (provider.h): environments load plugins independently, and a
+        // plugin initializes its global state in its first entry call, which must not overlap a second one.
+        static std::mutex entry_mutex;
+        std::lock_guard entry_lock(entry_mutex);
         status = entry(&host_api(), &exports);
     } catch (...) {
         return finish(TESS_PLUGIN_SKIPPED, "the entry function threw an exception");

@@ -93,7 +93,7 @@ TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host_api, TessPlugi
     /* custom_ops sits at the end of the exports table: write it only when the core's table has it. */
     if (!TESS_HAS_FIELD(exports, TessPluginExports, custom_ops))
         return host_api->status_create(TESS_STATUS_ABI_MISMATCH, "this core does not take custom operators");
-    host = host_api;
+    if (host == NULL) host = host_api; /* once: a later call (another environment) may come while this one runs */
     exports->abi_version = 1;
     exports->name = "docs-swish";
     exports->version = "1.0";

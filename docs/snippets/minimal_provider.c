@@ -111,21 +111,25 @@ TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host_api, TessPlugi
     /* ABI negotiation: this plugin speaks version 1 only; the core offers [abi_version_min, abi_version_max]. */
     if (host_api->abi_version_min > 1 || host_api->abi_version_max < 1)
         return host_api->status_create(TESS_STATUS_ABI_MISMATCH, "docs_abs speaks plugin ABI 1");
-    host = host_api;
-    memset(&provider, 0, sizeof provider);
-    provider.struct_size = sizeof provider; /* the core reads only the fields this size covers */
-    provider.name = "docs_abs";
-    provider.create_instance = create_instance;
-    provider.release_instance = release_instance;
-    provider.get_capability = get_capability;
-    provider.compile = compile;
-    provider.release_compiled = release_compiled;
-    provider.compute = compute;
-    provider.memory_kind = memory_kind;
-    provider.allocate = allocate;
-    provider.free = free_memory;
-    /* copy_to_host / copy_from_host stay NULL: host memory needs no transfer. */
-    providers[0] = &provider;
+    /* Each environment that loads the plugin calls this, maybe while sessions of another one run the provider
+     * (never two calls at once): the global tables are filled in by the first call only. */
+    if (host == NULL) {
+        host = host_api;
+        memset(&provider, 0, sizeof provider);
+        provider.struct_size = sizeof provider; /* the core reads only the fields this size covers */
+        provider.name = "docs_abs";
+        provider.create_instance = create_instance;
+        provider.release_instance = release_instance;
+        provider.get_capability = get_capability;
+        provider.compile = compile;
+        provider.release_compiled = release_compiled;
+        provider.compute = compute;
+        provider.memory_kind = memory_kind;
+        provider.allocate = allocate;
+        provider.free = free_memory;
+        /* copy_to_host / copy_from_host stay NULL: host memory needs no transfer. */
+        providers[0] = &provider;
+    }
     exports->abi_version = 1;
     exports->name = "docs-abs";
     exports->version = "1.0";

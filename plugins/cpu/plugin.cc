@@ -2,6 +2,7 @@
 // Every function here is an ABI boundary: exceptions are caught and returned as status objects.
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 
@@ -196,13 +197,19 @@ const TessProviderApi* const kProviders[] = {&kCpuProvider};
 
 extern "C" TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host_api, TessPluginExports* exports) {
     if (host_api == nullptr || exports == nullptr) return nullptr;  // nothing to report through
-    set_host(host_api);
     if (host_api->abi_version_max < TESS_PLUGIN_ABI_VERSION_MIN || host_api->abi_version_min > TESS_PLUGIN_ABI_VERSION_MAX)
         return host_api->status_create(TESS_STATUS_ABI_MISMATCH, "the cpu provider speaks plugin ABI 1");
     return guarded([&] {
-        init_blas_single_threaded();
-        if (plugin().registry.size() == 0) register_all_kernels(plugin().registry);
-        set_subgraph_registry(&plugin().registry);
+        // Every environment that loads the plugin enters it, possibly while sessions of another one run kernels
+        // that read these globals (provider.h): they are written by the first entry only.  (Rewriting the host
+        // table on each entry was a data race ThreadSanitizer found in tests/core/test_concurrency.cc.)
+        static std::once_flag initialized;
+        std::call_once(initialized, [&] {
+            set_host(host_api);
+            init_blas_single_threaded();
+            register_all_kernels(plugin().registry);
+            set_subgraph_registry(&plugin().registry);
+        });
         exports->abi_version = TESS_PLUGIN_ABI_VERSION_MAX < host_api->abi_version_max ? TESS_PLUGIN_ABI_VERSION_MAX
                                                                                       : host_api->abi_version_max;
         exports->name = "tessera-cpu";

@@ -156,7 +156,10 @@ const TessProviderApi* const kProviders[] = {&kCudaProvider};
 
 extern "C" TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host, TessPluginExports* exports) {
     if (host == nullptr || exports == nullptr) return nullptr;  // nothing to report through
-    g_host = host;
+    // Written by the first entry only: later ones (one per environment) may come while sessions of other
+    // environments use the provider (provider.h).
+    static std::once_flag initialized;
+    std::call_once(initialized, [host] { g_host = host; });
     if (host->abi_version_max < 1 || host->abi_version_min > 1)
         return host->status_create(TESS_STATUS_ABI_MISMATCH, "the cuda provider speaks plugin ABI 1");
     exports->abi_version = 1;

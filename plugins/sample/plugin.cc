@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 
 #include "sample.h"
@@ -204,7 +205,10 @@ const TessProviderApi* const kProviders[] = {&kProvider};
 // ---- Exported symbols (sample.map lists exactly these) -------------------------------------------------------------
 
 extern "C" TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host, TessPluginExports* exports) {
-    g_host = host;
+    // Written by the first entry only: later ones (one per environment) may come while sessions of other
+    // environments use the provider (provider.h).
+    static std::once_flag initialized;
+    std::call_once(initialized, [host] { g_host = host; });
     // ABI negotiation: pick the highest version both sides speak.
     const uint32_t low = host->abi_version_min > TESS_PLUGIN_ABI_VERSION_MIN ? host->abi_version_min
                                                                               : TESS_PLUGIN_ABI_VERSION_MIN;

@@ -1,9 +1,13 @@
 /*
  * Tessera plugin ABI: how a shared library contributes execution providers.
  *
- * A plugin exports one symbol, TESS_PLUGIN_ENTRY_NAME, of type TessPluginEntryFn.  The core calls it once, with the
- * range of ABI versions it speaks and a table of host functions; the plugin picks a version inside both ranges and
- * fills a TessPluginExports table.  Either side refuses politely (an ABI_MISMATCH status) when the ranges do not meet.
+ * A plugin exports one symbol, TESS_PLUGIN_ENTRY_NAME, of type TessPluginEntryFn.  The core calls it when an
+ * environment loads the plugin, with the range of ABI versions it speaks and a table of host functions; the plugin
+ * picks a version inside both ranges and fills a TessPluginExports table.  Either side refuses politely (an
+ * ABI_MISMATCH status) when the ranges do not meet.  Every environment that loads the file makes its own entry call
+ * (see TessPluginExports.shutdown); the core never makes two entry calls at once, but a later one may come while
+ * sessions of another environment run the plugin on other threads, so a plugin writes its global state (the host
+ * table it keeps, provider tables it fills in) in its first entry call only.
  *
  * A plugin never links libtessera: everything it needs from the core comes through TessHostApi, so a provider can be
  * built against these headers alone.

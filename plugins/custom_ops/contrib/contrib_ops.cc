@@ -3,6 +3,7 @@
 // what each check declines.
 #include <cblas.h>
 
+#include <mutex>
 #include <vector>
 
 #include "op_support.h"
@@ -34,10 +35,15 @@ extern "C" TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host, Te
     if (!TESS_HAS_FIELD(exports, TessPluginExports, custom_ops))
         return host->status_create(TESS_STATUS_ABI_MISMATCH, "this core does not take custom operators");
     try {
-        g_host = host;
-        // The library has no thread pool of its own: BLAS runs on the calling thread.  (The serial OpenBLAS build,
-        // which the CMake prefers, ignores this; the pthread build would otherwise start its own threads.)
-        openblas_set_num_threads(1);
+        // Global state is written by the first entry only: later entries (one per environment) may come while
+        // other environments' sessions run these operators (provider.h).
+        static std::once_flag initialized;
+        std::call_once(initialized, [host] {
+            g_host = host;
+            // The library has no thread pool of its own: BLAS runs on the calling thread.  (The serial OpenBLAS
+            // build, which the CMake prefers, ignores this; the pthread build would otherwise start its own threads.)
+            openblas_set_num_threads(1);
+        });
         const auto& ops = all_ops();
         exports->abi_version = 1;
         exports->name = "tessera-contrib-ops";

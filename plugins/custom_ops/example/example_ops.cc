@@ -9,6 +9,7 @@
 // session (the parsed alpha), and a compute callback that is safe to run concurrently.  It is built against the
 // public headers only and never throws across the boundary.
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <string>
 
@@ -89,7 +90,10 @@ const TessCustomOpApi* const kOps[] = {&kScaledAdd};
 }  // namespace
 
 extern "C" TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host, TessPluginExports* exports) {
-    g_host = host;
+    // Written by the first entry only: later ones (one per environment) may come while sessions of other
+    // environments run ScaledAdd (provider.h).
+    static std::once_flag initialized;
+    std::call_once(initialized, [host] { g_host = host; });
     if (host->abi_version_min > 1 || host->abi_version_max < 1)
         return host->status_create(TESS_STATUS_ABI_MISMATCH, "the example ops speak plugin ABI 1");
     // The custom-op fields sit at the end of the exports table: write them only when the core's table has them.
