@@ -161,6 +161,7 @@ struct ConvCase {
     std::string auto_pad{};                // "" = attribute absent
     bool bias = true;
     bool constant_weights = false;
+    bool declare_x_shape = false;  // X's shape known when the kernel is created (it may pick a kernel family then)
 };
 
 // Resolved geometry, computed independently of the kernel's helpers.
@@ -739,7 +740,7 @@ const std::vector<FusedActivation>& fused_activations() {
 // A FusedConv node for `c` (inputs X, W [, B] [, Z]); the weights are a constant when c.constant_weights.
 void build_fused_conv_node(NodeBuilder& node, const ConvCase& c, const ValueHandle& w_value,
                            const FusedActivation& act, bool with_z) {
-    node.input(TESS_ELEMENT_FLOAT32);
+    node.input(TESS_ELEMENT_FLOAT32, c.declare_x_shape ? std::optional<Shape>(c.x) : std::nullopt);
     if (c.constant_weights) {
         node.constant_input(w_value);
     } else {
@@ -845,6 +846,23 @@ std::vector<std::pair<std::string, ConvCase>> fused_conv_cases() {
         {"3-D", {.x = {1, 2, 5, 6, 4}, .out_channels = 3, .kernel = {3, 3, 3}, .pads = {1, 1, 1, 1, 1, 1}}},
         {"SAME_UPPER stride 2", {.x = {1, 3, 9, 10}, .out_channels = 5, .kernel = {3, 3}, .strides = {2, 2},
                                  .auto_pad = "SAME_UPPER"}},
+        // Short output rows with 32/64-filter panels go to the lane kernels (util/lane_gemm.h) where the CPU has
+        // AVX-512; elsewhere these take the paths above.
+        {"lanes: 3x3 on 7x7, one 64-filter panel",
+         {.x = {1, 32, 7, 7}, .out_channels = 64, .kernel = {3, 3}, .pads = {1, 1, 1, 1}, .constant_weights = true,
+          .declare_x_shape = true}},
+        {"lanes: 1x1 stride 2, 32-filter panels, batch 2",
+         {.x = {2, 48, 14, 14}, .out_channels = 96, .kernel = {1, 1}, .strides = {2, 2}, .constant_weights = true,
+          .declare_x_shape = true}},
+        {"lanes: 120 filters (last panel part empty), dilated, no bias",
+         {.x = {1, 16, 11, 12}, .out_channels = 120, .kernel = {3, 2}, .dilations = {2, 1}, .pads = {2, 0, 1, 3},
+          .bias = false, .constant_weights = true, .declare_x_shape = true}},
+        {"lanes: deep 3x3 with rows wider than a position chunk",
+         {.x = {1, 24, 5, 61}, .out_channels = 64, .kernel = {3, 3}, .pads = {1, 1, 1, 1}, .constant_weights = true,
+          .declare_x_shape = true}},
+        {"lanes: 192 filters split across the pool by rows",
+         {.x = {1, 40, 9, 9}, .out_channels = 192, .kernel = {3, 3}, .strides = {2, 2}, .pads = {1, 1, 1, 1},
+          .constant_weights = true, .declare_x_shape = true}},
     };
 }
 

@@ -22,6 +22,7 @@
 #include "util/float16_compute.h"
 #include "util/gemm.h"
 #include "util/im2col.h"
+#include "util/lane_gemm.h"
 #include "util/thread_scratch.h"
 #include "util/type_list.h"
 
@@ -151,6 +152,19 @@ bool direct_pays_off(const WindowGeometry& g) {
     return (plan.Wq - g.output[1]) * 8 <= plan.Wq;
 }
 
+// Whether a 2-D convolution with `filters` output channels runs on the lane kernels (util/lane_gemm.h) rather
+// than on packed_gemm_rows: they waste no lanes on short output rows, which is where the position-lane tiles lose
+// most (measured on ResNet-50's and DenseNet-121's layers).  TESSERA_CONV_LANES=0|1 overrides the choice (tests
+// and measurements).
+bool lanes_pay_off(const WindowGeometry& g, int64_t filters, int64_t channels_per_filter) {
+    // Filters fill the 32- or 64-wide panels with at most 1/8 of them empty (1000 classes: 1024 lanes).
+    const int64_t width = lane_panel_width_for(filters), padded = (filters + width - 1) / width * width;
+    if (g.rank() != 2 || padded * 7 > filters * 8 || !lane_gemm_supported()) return false;
+    if (const char* force = std::getenv("TESSERA_CONV_LANES"); force != nullptr && force[0] != '\0')
+        return force[0] == '1';
+    return g.output[1] <= 14 || channels_per_filter * g.kernel_size() >= 192;
+}
+
 // Phase (a, b) of one [H, W] plane: element (i, j) of the [Hq, Wq] result is padded-image element
 // (i * SH + a, j * SW + b), i.e. source (i * SH + a - top, j * SW + b - left), zero outside the source.
 template <typename T>
@@ -254,7 +268,11 @@ public:
             const bool depthwise = W.rank() == 4 && group_ > 1 && W.shape[1] == 1;
             if (W.rank() >= 3 && !depthwise && W.shape[0] % group_ == 0) {
                 const int64_t depth = W.size() / std::max<int64_t>(1, W.shape[0]);
-                packed_filters_ = pack_filters(W.ptr<float>(), W.shape[0], depth);
+                if (group_ == 1 && lanes_chosen(info, W)) {
+                    lane_filters_ = LanePackedFilters(W.ptr<float>(), W.shape[0], depth, depth);
+                } else {
+                    packed_filters_ = pack_filters(W.ptr<float>(), W.shape[0], depth);
+                }
                 packed_shape_ = W.shape;
                 weights_.reset();
             }
@@ -264,7 +282,7 @@ public:
     void compute(KernelContext& ctx) const override {
         const Tensor& X = ctx.input(0);
         const Tensor packed_view{TESS_ELEMENT_FLOAT32, packed_shape_, nullptr, nullptr};
-        const bool packed = !packed_filters_.empty();
+        const bool packed = !packed_filters_.empty() || !lane_filters_.empty();
         const Tensor& W = packed ? packed_view : weights(ctx);
         const Tensor* B = bias(ctx);
         const int64_t M = W.rank() > 0 ? W.shape[0] : 0;
@@ -305,7 +323,10 @@ public:
                 }
                 epilogue_done = true;
             } else if constexpr (std::is_same_v<T, float>) {
-                if (!packed_gemm_supported()) {
+                if (!lane_filters_.empty() && g.rank() == 2) {
+                    run_lanes(pool, g, x.data(), b.data(), N, C, M, y.data(), z.data());
+                    epilogue_done = true;
+                } else if (!packed_gemm_supported()) {
                     run_gemm<T>(pool, g, x.data(), w.data(), b.data(), N, C, M, y.data());
                 } else {
                     std::vector<PackedFilters> packed_now;
@@ -333,6 +354,65 @@ public:
     }
 
 private:
+    // Whether the lane kernels take this node: decided once, from the input shape the model declares (the filters
+    // are packed for one kernel family only, so that each weight is held once).
+    bool lanes_chosen(const NodeInfo& info, const Tensor& W) const {
+        const std::optional<Shape> x_shape = info.input_shape(0);
+        if (!x_shape || x_shape->size() != 4 || W.rank() != 4) return false;
+        const Shape spatial(x_shape->begin() + 2, x_shape->end());
+        if (std::any_of(spatial.begin(), spatial.end(), [](int64_t d) { return d <= 0; })) return false;
+        try {
+            return lanes_pay_off(resolve_window("Conv", attrs_, spatial, Shape(W.shape.begin() + 2, W.shape.end())),
+                                 W.shape[0], W.shape[1]);
+        } catch (const KernelError&) {
+            return false;  // compute() reports the problem with the shapes it is given
+        }
+    }
+
+    // 2-D float convolutions on the lane kernels (util/lane_gemm.h), reading the phase planes in place as
+    // run_direct does.  Tasks are (filter panel, block of output rows); a panel stays in cache across its rows.
+    void run_lanes(ThreadPool& pool, const WindowGeometry& g, const float* x, const float* bias, int64_t N, int64_t C,
+                   int64_t M, float* y, const float* z) const {
+        const int64_t H = g.input[0], W = g.input[1], OH = g.output[0], OW = g.output[1], out_size = OH * OW;
+        const DirectPlan plan = plan_direct(g);
+        const int64_t plane = plan.Hq * plan.Wq;
+        const int64_t channel_stride = plan.in_place ? H * W : plan.phases * plane;
+        const std::vector<int64_t> offsets = tap_offsets(plan, g, C, channel_stride);
+        float* phase_buffer = plan.in_place ? nullptr : call_buffer<float, 0>(C * channel_stride + plan.reach);
+        const int64_t panels = lane_filters_.panels(), width = lane_filters_.panel_width();
+        // Enough tasks to keep every thread busy; whole panels when there are plenty.
+        const int64_t wanted = (4 * pool.size() + panels - 1) / panels;
+        const int64_t rows_per_block = (OH + std::min(wanted, OH) - 1) / std::min(wanted, OH);
+        const int64_t row_blocks = (OH + rows_per_block - 1) / rows_per_block;
+        for (int64_t n = 0; n < N; ++n) {
+            const float* image = x + n * C * H * W;
+            if (!plan.in_place) {
+                float* dst = phase_buffer;
+                pool.parallel_for(C, std::max<int64_t>(1, 16384 / channel_stride), [&](int64_t first, int64_t last) {
+                    for (int64_t c = first; c < last; ++c) build_phases(image + c * H * W, g, plan, dst + c * channel_stride);
+                });
+                std::fill(dst + C * channel_stride, dst + C * channel_stride + plan.reach, 0.0f);
+                image = dst;
+            }
+            pool.parallel_for(panels * row_blocks, 1, [&](int64_t first, int64_t last) {
+                for (int64_t t = first; t < last; ++t) {
+                    const int64_t p = t / row_blocks;
+                    const int64_t oh0 = (t % row_blocks) * rows_per_block, oh1 = std::min(OH, oh0 + rows_per_block);
+                    float* out = y + (n * M + p * width) * out_size;
+                    for (int64_t oh = oh0; oh < oh1; ++oh) {
+                        lane_gemm_positions(lane_filters_, p, image + oh * plan.Wq, offsets.data(), OW, bias,
+                                            out + oh * OW, out_size);
+                    }
+                    if (!epilogue_.active()) continue;
+                    for (int64_t m = p * width; m < std::min(M, (p + 1) * width); ++m) {
+                        const int64_t at = (n * M + m) * out_size + oh0 * OW;
+                        epilogue_.apply(y + at, z != nullptr ? z + at : nullptr, (oh1 - oh0) * OW);
+                    }
+                }
+            });
+        }
+    }
+
     // One set of packed panels per group; W is [M, C / group, kernel...].
     std::vector<PackedFilters> pack_filters(const float* w, int64_t M, int64_t depth) const {
         const int64_t Mg = M / group_;
@@ -598,7 +678,8 @@ private:
     static constexpr int64_t kWorkPerTask = int64_t{1} << 18;
 
     std::vector<PackedFilters> packed_filters_;  // per group, when the filters are constant
-    Shape packed_shape_;                         // W's shape when packed_filters_ holds it
+    LanePackedFilters lane_filters_;             // or for the lane kernels (one group)
+    Shape packed_shape_;                         // W's shape when packed_filters_ or lane_filters_ holds it
     ConvEpilogue epilogue_;                      // FusedConv's sum and activation (none for Conv)
 };
 
