@@ -153,16 +153,16 @@ bool direct_pays_off(const WindowGeometry& g) {
 }
 
 // Whether a 2-D convolution with `filters` output channels runs on the lane kernels (util/lane_gemm.h) rather
-// than on packed_gemm_rows: they waste no lanes on short output rows, which is where the position-lane tiles lose
-// most (measured on ResNet-50's and DenseNet-121's layers).  TESSERA_CONV_LANES=0|1 overrides the choice (tests
-// and measurements).
-bool lanes_pay_off(const WindowGeometry& g, int64_t filters, int64_t channels_per_filter) {
+// than on packed_gemm_rows: on ResNet-50, DenseNet-121, MobileNetV2 and SqueezeNet every layer whose filters fill the
+// lane panels ran as fast or faster there (the position-lane tiles waste lanes on short output rows).
+// TESSERA_CONV_LANES=0|1 overrides the choice (tests and measurements).
+bool lanes_pay_off(const WindowGeometry& g, int64_t filters) {
+    if (g.rank() != 2 || !lane_gemm_supported()) return false;
+    if (const char* force = std::getenv("TESSERA_CONV_LANES"); force != nullptr && force[0] != '\0' && force[0] != '1')
+        return false;
     // Filters fill the 32- or 64-wide panels with at most 1/8 of them empty (1000 classes: 1024 lanes).
     const int64_t width = lane_panel_width_for(filters), padded = (filters + width - 1) / width * width;
-    if (g.rank() != 2 || padded * 7 > filters * 8 || !lane_gemm_supported()) return false;
-    if (const char* force = std::getenv("TESSERA_CONV_LANES"); force != nullptr && force[0] != '\0')
-        return force[0] == '1';
-    return g.output[1] <= 14 || channels_per_filter * g.kernel_size() >= 192;
+    return padded * 7 <= filters * 8;
 }
 
 // Phase (a, b) of one [H, W] plane: element (i, j) of the [Hq, Wq] result is padded-image element
@@ -363,7 +363,7 @@ private:
         if (std::any_of(spatial.begin(), spatial.end(), [](int64_t d) { return d <= 0; })) return false;
         try {
             return lanes_pay_off(resolve_window("Conv", attrs_, spatial, Shape(W.shape.begin() + 2, W.shape.end())),
-                                 W.shape[0], W.shape[1]);
+                                 W.shape[0]);
         } catch (const KernelError&) {
             return false;  // compute() reports the problem with the shapes it is given
         }
@@ -398,15 +398,11 @@ private:
                 for (int64_t t = first; t < last; ++t) {
                     const int64_t p = t / row_blocks;
                     const int64_t oh0 = (t % row_blocks) * rows_per_block, oh1 = std::min(OH, oh0 + rows_per_block);
-                    float* out = y + (n * M + p * width) * out_size;
+                    const int64_t at = (n * M + p * width) * out_size;
                     for (int64_t oh = oh0; oh < oh1; ++oh) {
                         lane_gemm_positions(lane_filters_, p, image + oh * plan.Wq, offsets.data(), OW, bias,
-                                            out + oh * OW, out_size);
-                    }
-                    if (!epilogue_.active()) continue;
-                    for (int64_t m = p * width; m < std::min(M, (p + 1) * width); ++m) {
-                        const int64_t at = (n * M + m) * out_size + oh0 * OW;
-                        epilogue_.apply(y + at, z != nullptr ? z + at : nullptr, (oh1 - oh0) * OW);
+                                            y + at + oh * OW, out_size, &epilogue_,
+                                            z != nullptr ? z + at + oh * OW : nullptr);
                     }
                 }
             });

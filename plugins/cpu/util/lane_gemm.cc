@@ -2,6 +2,9 @@
 
 #include <immintrin.h>
 
+// GCC 12 reports the _mm512_undefined_ps() inside the unpack and shuffle intrinsics as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -9,6 +12,8 @@
 #include <new>
 #include <string>
 #include <utility>
+
+#include "util/conv_epilogue_avx512.h"
 
 namespace tessera::cpu {
 
@@ -44,6 +49,53 @@ __attribute__((target("avx512f"))) void lane_tile(int64_t depth, const float* w,
 #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) {
         for (int v = 0; v < kVecs; ++v) _mm512_store_ps(out + r * kLanePanelWidth + 16 * v, acc[r][v]);
+    }
+}
+
+// y[m * ldy + j] = results[j * kLanePanelWidth + m] for m < filters, j < count (<= kPositionChunk): 16 x 16 blocks
+// transposed in registers (unpack, then in-lane and cross-lane shuffles), each filter's positions written as one
+// masked store.  Shallow convolutions spend as long here as in the products when this is done element by element.
+__attribute__((target("avx512f"))) void store_transposed(const float* results, int64_t filters, int64_t count,
+                                                         float* y, int64_t ldy, const ConvEpilogue* epilogue,
+                                                         const float* z) {
+    const bool vector_act = epilogue != nullptr && vector_activation(*epilogue);
+    for (int64_t f0 = 0; f0 < filters; f0 += 16) {
+        for (int64_t j0 = 0; j0 < count; j0 += 16) {
+            const int64_t rows = std::min<int64_t>(16, count - j0);
+            __m512 r[16], t[16], u[16];
+            for (int i = 0; i < 16; ++i)
+                r[i] = i < rows ? _mm512_load_ps(results + (j0 + i) * kLanePanelWidth + f0) : _mm512_setzero_ps();
+            for (int i = 0; i < 16; i += 2) {
+                t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+                t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+            }
+            // u[4q + c], 128-bit lane l: rows 4q..4q+3 of column 4l + c.
+            for (int q = 0; q < 4; ++q) {
+                u[4 * q + 0] = _mm512_shuffle_ps(t[4 * q], t[4 * q + 2], 0x44);
+                u[4 * q + 1] = _mm512_shuffle_ps(t[4 * q], t[4 * q + 2], 0xEE);
+                u[4 * q + 2] = _mm512_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0x44);
+                u[4 * q + 3] = _mm512_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0xEE);
+            }
+            const __mmask16 mask = rows >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows) - 1);
+            const int64_t columns = std::min<int64_t>(16, filters - f0);
+            for (int c = 0; c < 4; ++c) {
+                const __m512 v = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+                const __m512 w = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+                const __m512 v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+                const __m512 w2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+                const __m512 out[4] = {_mm512_shuffle_f32x4(v, v2, 0x88), _mm512_shuffle_f32x4(w, w2, 0x88),
+                                       _mm512_shuffle_f32x4(v, v2, 0xDD), _mm512_shuffle_f32x4(w, w2, 0xDD)};
+                for (int h = 0; h < 4; ++h) {  // column c + 4h
+                    const int64_t m = c + 4 * h;
+                    if (m >= columns) continue;
+                    const int64_t at = (f0 + m) * ldy + j0;
+                    __m512 v_out = out[h];
+                    if (z != nullptr) v_out = _mm512_add_ps(v_out, _mm512_maskz_loadu_ps(mask, z + at));
+                    if (vector_act) v_out = activate(v_out, *epilogue);
+                    _mm512_mask_storeu_ps(y + at, mask, v_out);
+                }
+            }
+        }
     }
 }
 
@@ -88,7 +140,9 @@ LanePackedFilters::LanePackedFilters(const float* A, int64_t rows, int64_t depth
 }
 
 void lane_gemm_positions(const LanePackedFilters& A, int64_t panel, const float* x, const int64_t* row_offsets,
-                         int64_t count, const float* bias, float* y, int64_t ldy) {
+                         int64_t count, const float* bias, float* y, int64_t ldy, const ConvEpilogue* epilogue,
+                         const float* z) {
+    if (epilogue != nullptr && !epilogue->active()) epilogue = nullptr;
     const int64_t width = A.panel_width(), m0 = panel * width;
     const int64_t filters = std::min(width, A.rows() - m0);
     const LaneTileFn* tile_fns = width == kLanePanelWidth ? kTiles64.data() : kTiles32.data();
@@ -103,10 +157,9 @@ void lane_gemm_positions(const LanePackedFilters& A, int64_t panel, const float*
             tile_fns[rows - 1](A.depth(), A.panel(panel), x + j0 + r, row_offsets, panel_bias,
                                results + r * kLanePanelWidth);
         }
-        // [position][filter] -> y's rows, one filter at a time (contiguous writes).
-        for (int64_t m = 0; m < filters; ++m) {
-            float* dst = y + m * ldy + j0;
-            for (int64_t j = 0; j < chunk; ++j) dst[j] = results[j * kLanePanelWidth + m];
+        store_transposed(results, filters, chunk, y + j0, ldy, epilogue, z != nullptr ? z + j0 : nullptr);
+        if (epilogue != nullptr && !vector_activation(*epilogue)) {
+            for (int64_t m = 0; m < filters; ++m) epilogue->apply(y + m * ldy + j0, static_cast<const float*>(nullptr), chunk);
         }
     }
 }

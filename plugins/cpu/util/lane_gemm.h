@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "util/conv_epilogue.h"
+
 namespace tessera::cpu {
 
 // Output channels per filter panel: four AVX-512 vectors, or two when the filter count is a multiple of 32 only
@@ -53,8 +55,10 @@ private:
 // Filters [wp, min(wp + w, rows)) of panel p (w = A.panel_width()) at `count` consecutive positions j:
 //   y[(m - wp) * ldy + j] = (bias ? bias[m] : 0) + sum_k A[m, k] * x[row_offsets[k] + j].
 // x is read in place (row k of the column matrix is x shifted by row_offsets[k]), y is NCHW-like (one row of ldy
-// per filter).  On the calling thread; requires lane_gemm_supported(); never throws.
+// per filter).  With an epilogue, y = activation(y + z) as the results are stored (z laid out like y, NULL without a
+// sum).  On the calling thread; requires lane_gemm_supported(); never throws.
 void lane_gemm_positions(const LanePackedFilters& A, int64_t panel, const float* x, const int64_t* row_offsets,
-                         int64_t count, const float* bias, float* y, int64_t ldy);
+                         int64_t count, const float* bias, float* y, int64_t ldy,
+                         const ConvEpilogue* epilogue = nullptr, const float* z = nullptr);
 
 }  // namespace tessera::cpu

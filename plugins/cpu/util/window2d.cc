@@ -5,6 +5,8 @@
 // this reads each input row KH times from L1 and writes each output element once.
 #include "util/window2d.h"
 
+#include "util/conv_epilogue_avx512.h"
+
 #include <immintrin.h>
 
 // GCC 12 reports the _mm512_undefined_ps() inside _mm512_max_ps/_mm512_min_ps as maybe-uninitialized.
@@ -56,40 +58,75 @@ __attribute__((target("avx512f"))) inline __m512 window_columns(const float* row
     }
 }
 
-__attribute__((target("avx512f"))) inline __m512 activate(__m512 v, const ConvEpilogue& e) {
-    switch (e.activation) {
-        case ConvEpilogue::Activation::None: return v;
-        case ConvEpilogue::Activation::Relu: return _mm512_max_ps(v, _mm512_setzero_ps());
-        case ConvEpilogue::Activation::Clip:
-            return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(e.alpha)), _mm512_set1_ps(e.beta));
-        case ConvEpilogue::Activation::LeakyRelu: {
-            const __mmask16 negative = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
-            return _mm512_mask_mul_ps(v, negative, v, _mm512_set1_ps(e.alpha));
-        }
-        case ConvEpilogue::Activation::HardSigmoid: {
-            const __m512 t = _mm512_fmadd_ps(v, _mm512_set1_ps(e.alpha), _mm512_set1_ps(e.beta));
-            return _mm512_min_ps(_mm512_max_ps(t, _mm512_setzero_ps()), _mm512_set1_ps(1.0f));
-        }
-        default: return v;  // transcendental activations: applied afterwards by the scalar epilogue
+// Masked loads of one column vector's taps: for each kw, the lanes inside the row (two masks for stride 2, one per
+// loaded half).  They depend on the column only, so a plane computes them once per column vector, not per row.
+constexpr int64_t kMaxTapColumns = 16;
+
+template <int kStride>
+struct ColumnTaps {
+    bool interior = false;  // every tap of every lane inside the row: unmasked loads
+    int64_t base = 0;       // input column of lane 0, tap 0
+    __mmask16 lo[kMaxTapColumns] = {}, hi[kMaxTapColumns] = {};
+};
+
+template <int kStride>
+__attribute__((target("avx512f"))) inline __m512 tap_columns(const float* row, const ColumnTaps<kStride>& c,
+                                                             int64_t kw, int64_t DW) {
+    const float* at = row + c.base + kw * DW;
+    if constexpr (kStride == 1) {
+        return c.interior ? _mm512_loadu_ps(at) : _mm512_maskz_loadu_ps(c.lo[kw], at);
+    } else {
+        const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+        const __m512 lo = c.interior ? _mm512_loadu_ps(at) : _mm512_maskz_loadu_ps(c.lo[kw], at);
+        const __m512 hi = c.interior ? _mm512_loadu_ps(at + 16) : _mm512_maskz_loadu_ps(c.hi[kw], at + 16);
+        return _mm512_permutex2var_ps(lo, even, hi);
     }
 }
 
-bool vector_activation(const ConvEpilogue& e) {
-    using A = ConvEpilogue::Activation;
-    return e.activation == A::None || e.activation == A::Relu || e.activation == A::Clip ||
-           e.activation == A::LeakyRelu || e.activation == A::HardSigmoid;
+// A row of zeros that stands for the rows of the padding, so that every output row runs every tap (no per-row tap
+// ranges, no dependency chains in edge rows).  Rows up to kZeroRowWidth - 64 wide use it.
+constexpr int64_t kZeroRowWidth = 4096;
+alignas(64) const float kZeroRow[kZeroRowWidth] = {};
+
+// Rows oh .. oh + kRows - 1 of one column vector.  kRows independent accumulators keep the FMA pipes busy: one
+// accumulator per vector would wait out the FMA latency at every tap.
+template <int kStride, int kRows>
+__attribute__((target("avx512f"))) void window_rows(const WindowGeometry& g, const float* x, const __m512* weights,
+                                                    const float* w, bool hoisted, __m512 bias,
+                                                    const ColumnTaps<kStride>& c, int64_t oh, int64_t ow0, float* y,
+                                                    const ConvEpilogue& e, const float* z, bool vector_act) {
+    const int64_t H = g.input[0], W = g.input[1], OW = g.output[1], KH = g.kernel[0], KW = g.kernel[1];
+    const int64_t SH = g.strides[0], DH = g.dilations[0], DW = g.dilations[1], top = g.pads_begin[0];
+    __m512 acc[kRows];
+    for (int r = 0; r < kRows; ++r) acc[r] = bias;
+    for (int64_t kh = 0; kh < KH; ++kh) {
+        const float* rows[kRows];
+        for (int r = 0; r < kRows; ++r) {
+            const int64_t ih = (oh + r) * SH - top + kh * DH;
+            rows[r] = ih >= 0 && ih < H ? x + ih * W : kZeroRow;
+        }
+        for (int64_t kw = 0; kw < KW; ++kw) {
+            const int64_t t = kh * KW + kw;
+            const __m512 wt = hoisted ? weights[t] : _mm512_set1_ps(w[t]);
+            for (int r = 0; r < kRows; ++r) acc[r] = _mm512_fmadd_ps(wt, tap_columns<kStride>(rows[r], c, kw, DW), acc[r]);
+        }
+    }
+    const __mmask16 out_mask = lanes_inside(ow0, 0, OW);
+    for (int r = 0; r < kRows; ++r) {
+        const int64_t at = (oh + r) * OW + ow0;
+        if (z != nullptr) acc[r] = _mm512_add_ps(acc[r], _mm512_maskz_loadu_ps(out_mask, z + at));
+        if (vector_act) acc[r] = activate(acc[r], e);
+        _mm512_mask_storeu_ps(y + at, out_mask, acc[r]);
+    }
 }
 
-// One output plane.  kStride is the column stride (1 or 2); rows may have any stride and dilation.  Vectors whose
-// taps all fall inside the row (all but the first and last of a row, for the usual small pads) take unmasked loads;
-// the others compute their lane masks.
+// One output plane, 16 output columns at a time, four rows at a time.  kStride is the column stride (1 or 2); rows
+// may have any stride and dilation.
 template <int kStride>
 __attribute__((target("avx512f"))) void plane(const WindowGeometry& g, const float* x, const float* w, float bias,
                                               float* y, const ConvEpilogue& e, const float* z, bool vector_act) {
-    const int64_t H = g.input[0], W = g.input[1], OH = g.output[0], OW = g.output[1];
-    const int64_t KH = g.kernel[0], KW = g.kernel[1], SH = g.strides[0], DH = g.dilations[0], DW = g.dilations[1];
-    const int64_t top = g.pads_begin[0], left = g.pads_begin[1];
-    const __m512 zero = _mm512_setzero_ps();
+    const int64_t W = g.input[1], OH = g.output[0], OW = g.output[1];
+    const int64_t KH = g.kernel[0], KW = g.kernel[1], DW = g.dilations[1], left = g.pads_begin[1];
     constexpr int64_t kMaxHoisted = 25;  // up to 5x5 windows keep their weights in registers
     __m512 weights[kMaxHoisted];
     const bool hoisted = KH * KW <= kMaxHoisted;
@@ -98,29 +135,27 @@ __attribute__((target("avx512f"))) void plane(const WindowGeometry& g, const flo
     const __m512 bias_v = _mm512_set1_ps(bias);
     const int64_t reach = (KW - 1) * DW + 16 * kStride;  // input columns one vector's taps span
 
-    for (int64_t oh = 0; oh < OH; ++oh) {
-        float* yrow = y + oh * OW;
-        const float* zrow = z != nullptr ? z + oh * OW : nullptr;
-        const auto [kh_first, kh_last] = taps_inside(oh * SH - top, KH, DH, H);
-        for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
-            const int64_t base = ow0 * kStride - left;  // input column of lane 0, tap 0
-            const bool interior = base >= 0 && base + reach <= W && ow0 + 16 <= OW;
-            const __mmask16 out_mask = lanes_inside(ow0, 0, OW);
-            __m512 acc = bias_v;
-            for (int64_t kh = kh_first; kh < kh_last; ++kh) {
-                const float* row = x + (oh * SH - top + kh * DH) * W;
-                for (int64_t kw = 0; kw < KW; ++kw) {
-                    const __m512 v = window_columns<kStride>(row, base + kw * DW, W, interior, zero);
-                    const int64_t t = kh * KW + kw;
-                    acc = _mm512_fmadd_ps(hoisted ? weights[t] : _mm512_set1_ps(w[t]), v, acc);
-                }
+    for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
+        ColumnTaps<kStride> c;
+        c.base = ow0 * kStride - left;
+        c.interior = c.base >= 0 && c.base + reach <= W && ow0 + 16 <= OW;
+        if (!c.interior) {
+            for (int64_t kw = 0; kw < KW; ++kw) {
+                c.lo[kw] = lanes_inside(c.base + kw * DW, 0, W);
+                c.hi[kw] = lanes_inside(c.base + kw * DW + 16, 0, W);
             }
-            if (zrow != nullptr) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(out_mask, zrow + ow0));
-            if (vector_act) acc = activate(acc, e);
-            _mm512_mask_storeu_ps(yrow + ow0, out_mask, acc);
         }
-        if (!vector_act) e.apply(yrow, static_cast<const float*>(nullptr), OW);
+        int64_t oh = 0;
+        for (; oh + 4 <= OH; oh += 4)
+            window_rows<kStride, 4>(g, x, weights, w, hoisted, bias_v, c, oh, ow0, y, e, z, vector_act);
+        switch (OH - oh) {
+            case 3: window_rows<kStride, 3>(g, x, weights, w, hoisted, bias_v, c, oh, ow0, y, e, z, vector_act); break;
+            case 2: window_rows<kStride, 2>(g, x, weights, w, hoisted, bias_v, c, oh, ow0, y, e, z, vector_act); break;
+            case 1: window_rows<kStride, 1>(g, x, weights, w, hoisted, bias_v, c, oh, ow0, y, e, z, vector_act); break;
+            default: break;
+        }
     }
+    if (!vector_act) e.apply(y, static_cast<const float*>(nullptr), OH * OW);
 }
 
 // One max-pool output plane, as plane<> above with max instead of multiply-add; lanes in padding load as the lowest
@@ -168,7 +203,8 @@ void max_pool2d_direct(ThreadPool& pool, const WindowGeometry& g, const float* x
 }
 
 bool depthwise_direct_supported(const WindowGeometry& g) {
-    return avx512_allowed() && g.rank() == 2 && (g.strides[1] == 1 || g.strides[1] == 2);
+    return avx512_allowed() && g.rank() == 2 && (g.strides[1] == 1 || g.strides[1] == 2) &&
+           g.kernel[1] <= kMaxTapColumns && g.input[1] + (g.kernel[1] - 1) * g.dilations[1] + 32 <= kZeroRowWidth;
 }
 
 void depthwise_conv2d_direct(ThreadPool& pool, const WindowGeometry& g, const float* x, const float* w,
