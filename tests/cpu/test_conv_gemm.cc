@@ -496,13 +496,18 @@ TEST(GemmOp, RejectsMismatchedShapes) {
 
 // ---- MatMul op ------------------------------------------------------------------------------------------------
 
+// constant_b: B is an initializer, which the kernel packs once (lane panels or packed columns, by B's width).
 template <typename T>
-void run_matmul_case(const Shape& a_shape, const Shape& b_shape, uint32_t seed) {
+void run_matmul_case(const Shape& a_shape, const Shape& b_shape, uint32_t seed, bool constant_b = false) {
     const auto A = random_values<T>(shape_size(a_shape), seed, -4, 4);
     const auto B = random_values<T>(shape_size(b_shape), seed + 1, -4, 4);
     NodeBuilder node("MatMul", 13);
-    node.input(element_type_of<T>()).input(element_type_of<T>()).output();
-    const auto outputs = run_node(registry(), node, {tensor<T>(a_shape, A), tensor<T>(b_shape, B)});
+    node.input(element_type_of<T>());
+    ValueHandle b_value = tensor<T>(b_shape, B);
+    if (constant_b) node.constant_input(b_value);
+    else node.input(element_type_of<T>());
+    node.output();
+    const auto outputs = run_node(registry(), node, {tensor<T>(a_shape, A), constant_b ? nullptr : b_value});
     Shape expected_shape;
     const auto expected = reference_matmul(a_shape, A, b_shape, B, expected_shape);
     EXPECT_EQ(dims_of(outputs[0]), expected_shape);
@@ -530,6 +535,21 @@ TEST(MatMulOp, PromotionAndBroadcasting) {
         run_matmul_case<double>(a, b, seed++);
         run_matmul_case<int32_t>(a, b, seed++);
         run_matmul_case<int64_t>(a, b, seed++);
+    }
+}
+
+TEST(MatMulOp, ConstantWeightsOfEveryWidth) {
+    // Widths that fill lane panels (64, 96 in 32-wide panels, 1000 with a part-empty last panel) and widths that go
+    // to the packed columns (5, 40); depths across the lane kernels' depth block; rows across their row blocks.
+    const std::pair<Shape, Shape> cases[] = {{{3, 7}, {7, 64}},          {{2, 9, 33}, {33, 96}},
+                                             {{128, 70}, {70, 1000}},    {{1, 1030}, {1030, 64}},
+                                             {{15, 1100}, {1100, 32}},   {{4, 6}, {6, 5}},
+                                             {{2, 3, 20}, {20, 40}},     {{5, 0}, {0, 64}},
+                                             {{0, 8}, {8, 128}}};
+    uint32_t seed = 900;
+    for (const auto& [a, b] : cases) {
+        SCOPED_TRACE(shape_string(a) + " x constant " + shape_string(b));
+        run_matmul_case<float>(a, b, seed++, true);
     }
 }
 

@@ -79,5 +79,42 @@ TEST(LaneGemm, MatchesPlainProductOverShapes) {
     }
 }
 
+TEST(LaneGemm, MatmulMatchesPlainProduct) {
+    if (!lane_gemm_supported()) GTEST_SKIP() << "the lane kernels need AVX-512F (or TESSERA_CPU_MAX_ISA caps them)";
+    std::mt19937 rng(7);
+    ThreadPool pool(2);
+    const int64_t row_counts[] = {1, 6, 7, 8, 15, 29};
+    const int64_t column_counts[] = {16, 32, 64, 100, 200};
+    const int64_t depths[] = {0, 1, 40, 1030};
+    for (const int64_t N : column_counts) {
+        for (const int64_t K : depths) {
+            const int64_t ldb = N + 5;
+            const std::vector<float> B = random_floats(size_t(std::max<int64_t>(K, 1) * ldb), rng);
+            const LanePackedFilters packed = LanePackedFilters::from_depth_major(B.data(), N, K, ldb);
+            for (const int64_t M : row_counts) {
+                SCOPED_TRACE("M " + std::to_string(M) + " K " + std::to_string(K) + " N " + std::to_string(N));
+                const int64_t lda = K + 3, ldc = N + 2;
+                const std::vector<float> A = random_floats(size_t(M * lda), rng);
+                std::vector<float> C(size_t(M * ldc), -7.0f);
+                lane_matmul(pool, A.data(), M, lda, packed, C.data(), ldc);
+                for (int64_t m = 0; m < M; ++m) {
+                    for (int64_t n = 0; n < ldc; ++n) {
+                        const float got = C[size_t(m * ldc + n)];
+                        if (n >= N) {
+                            ASSERT_EQ(got, -7.0f) << "wrote past row " << m;
+                            continue;
+                        }
+                        double expected = 0.0;
+                        for (int64_t k = 0; k < K; ++k)
+                            expected += double(A[size_t(m * lda + k)]) * double(B[size_t(k * ldb + n)]);
+                        ASSERT_NEAR(got, expected, 1e-5 * (1.0 + std::abs(expected)) * std::sqrt(double(K + 1)))
+                            << "row " << m << " column " << n;
+                    }
+                }
+            }
+        }
+    }
+}
+
 }  // namespace
 }  // namespace tessera::cpu

@@ -160,9 +160,7 @@ bool lanes_pay_off(const WindowGeometry& g, int64_t filters) {
     if (g.rank() != 2 || !lane_gemm_supported()) return false;
     if (const char* force = std::getenv("TESSERA_CONV_LANES"); force != nullptr && force[0] != '\0' && force[0] != '1')
         return false;
-    // Filters fill the 32- or 64-wide panels with at most 1/8 of them empty (1000 classes: 1024 lanes).
-    const int64_t width = lane_panel_width_for(filters), padded = (filters + width - 1) / width * width;
-    return padded * 7 <= filters * 8;
+    return lanes_fill(filters);
 }
 
 // Phase (a, b) of one [H, W] plane: element (i, j) of the [Hq, Wq] result is padded-image element

@@ -8,6 +8,7 @@
 #include "util/compute_cast.h"
 #include "util/float16_compute.h"
 #include "util/gemm.h"
+#include "util/lane_gemm.h"
 #include "util/type_list.h"
 
 namespace tessera::cpu {
@@ -169,7 +170,11 @@ public:
         // A constant float matrix B (the weights of a linear layer) is packed once for the micro-kernels, and the
         // original is given back to the core.
         const std::optional<Tensor> B = info.constant_tensor(1);
-        if (B && B->type == TESS_ELEMENT_FLOAT32 && B->rank() == 2 && packed_gemm_supported()) {
+        if (B && B->type == TESS_ELEMENT_FLOAT32 && B->rank() == 2 && lane_gemm_supported() && lanes_fill(B->shape[1])) {
+            lane_b_ = LanePackedFilters::from_depth_major(B->ptr<float>(), B->shape[1], B->shape[0], B->shape[1]);
+            packed_shape_ = B->shape;
+            info.release_constant(1);
+        } else if (B && B->type == TESS_ELEMENT_FLOAT32 && B->rank() == 2 && packed_gemm_supported()) {
             packed_b_ = PackedColumns(B->ptr<float>(), false, B->shape[0], B->shape[1], B->shape[1]);
             packed_shape_ = B->shape;
             info.release_constant(1);
@@ -177,7 +182,7 @@ public:
     }
 
     void compute(KernelContext& ctx) const override {
-        if (!packed_b_.empty()) {
+        if (!packed_b_.empty() || !lane_b_.empty()) {
             compute_prepacked(ctx);
             return;
         }
@@ -208,12 +213,17 @@ private:
             std::fill(Y.ptr<float>(), Y.ptr<float>() + Y.size(), 0.0f);
             return;
         }
+        if (!lane_b_.empty()) {
+            lane_matmul(ctx.pool(), A.ptr<float>(), rows, K, lane_b_, Y.ptr<float>(), packed_shape_[1]);
+            return;
+        }
         gemm_prepacked(ctx.pool(), false, rows, K, 1.0f, A.ptr<float>(), K, packed_b_, 0.0f, Y.ptr<float>(),
                        packed_shape_[1]);
     }
 
     InputWithWidenedConstant b_;
     PackedColumns packed_b_;  // B packed, when it is a constant float matrix
+    LanePackedFilters lane_b_;  // or packed for the lane kernels (util/lane_gemm.h), when its columns fill them
     Shape packed_shape_;
 };
 

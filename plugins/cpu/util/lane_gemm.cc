@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "util/conv_epilogue_avx512.h"
+#include "util/thread_scratch.h"
 
 namespace tessera::cpu {
 
@@ -23,20 +24,29 @@ namespace {
 // together.
 constexpr int64_t kPositionChunk = 56;
 
-// kRows positions x kVecs * 16 filters over the whole depth.  w is a panel [depth][kVecs * 16]; position r of step
-// k is x[row_offsets[k] + r].  The results go to out[r * kLanePanelWidth + filter].  kRows * kVecs accumulators and
-// kVecs filter vectors fill the 32 registers (the broadcast is an operand taken from memory).
-template <int kVecs, int kRows>
+// kRows positions x kVecs * 16 filters over `depth` steps.  w is a panel [depth][kVecs * 16]; position r of step k
+// is x[row_offsets[k] + r] (kTable) or x[k * x_stride + r].  The accumulators start from init (kVecs * 16 values,
+// NULL for zeros) or, when `accumulate`, from out; the results go to out[r * ldo + filter], filters < cols (masked).
+// kRows * kVecs accumulators and kVecs filter vectors fill the 32 registers (the broadcast is an operand taken from
+// memory).
+template <int kVecs, int kRows, bool kTable>
 __attribute__((target("avx512f"))) void lane_tile(int64_t depth, const float* w, const float* x,
-                                                  const int64_t* row_offsets, const float* bias, float* out) {
+                                                  const int64_t* row_offsets, int64_t x_stride, const float* init,
+                                                  float* out, int64_t ldo, int64_t cols, bool accumulate) {
+    __mmask16 masks[kVecs];
+    for (int v = 0; v < kVecs; ++v) {
+        const int64_t live = std::clamp<int64_t>(cols - 16 * v, 0, 16);
+        masks[v] = live >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << live) - 1);
+    }
     __m512 acc[kRows][kVecs];
     for (int v = 0; v < kVecs; ++v) {
-        const __m512 init = _mm512_load_ps(bias + 16 * v);
+        const __m512 start = init != nullptr ? _mm512_loadu_ps(init + 16 * v) : _mm512_setzero_ps();
 #pragma GCC unroll 16
-        for (int r = 0; r < kRows; ++r) acc[r][v] = init;
+        for (int r = 0; r < kRows; ++r)
+            acc[r][v] = accumulate ? _mm512_maskz_loadu_ps(masks[v], out + r * ldo + 16 * v) : start;
     }
     for (int64_t k = 0; k < depth; ++k) {
-        const float* xk = x + row_offsets[k];
+        const float* xk = kTable ? x + row_offsets[k] : x + k * x_stride;
         const float* wk = w + k * kVecs * 16;
         __m512 wv[kVecs];
         for (int v = 0; v < kVecs; ++v) wv[v] = _mm512_load_ps(wk + 16 * v);
@@ -48,7 +58,7 @@ __attribute__((target("avx512f"))) void lane_tile(int64_t depth, const float* w,
     }
 #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) {
-        for (int v = 0; v < kVecs; ++v) _mm512_store_ps(out + r * kLanePanelWidth + 16 * v, acc[r][v]);
+        for (int v = 0; v < kVecs; ++v) _mm512_mask_storeu_ps(out + r * ldo + 16 * v, masks[v], acc[r][v]);
     }
 }
 
@@ -99,15 +109,23 @@ __attribute__((target("avx512f"))) void store_transposed(const float* results, i
     }
 }
 
-using LaneTileFn = void (*)(int64_t, const float*, const float*, const int64_t*, const float*, float*);
+using LaneTileFn = void (*)(int64_t, const float*, const float*, const int64_t*, int64_t, const float*, float*, int64_t,
+                            int64_t, bool);
 
-// Tiles of 1..7 positions for 64-filter panels and 1..14 for 32-filter panels.
-template <int kVecs, int... kRows>
+// Tiles of 1..7 positions for 64-filter panels and 1..14 for 32-filter panels, reading x through a table of row
+// offsets (convolutions) or with a fixed stride (packed rows of a matrix).
+template <int kVecs, bool kTable, int... kRows>
 constexpr std::array<LaneTileFn, sizeof...(kRows)> tiles(std::integer_sequence<int, kRows...>) {
-    return {lane_tile<kVecs, kRows + 1>...};
+    return {lane_tile<kVecs, kRows + 1, kTable>...};
 }
-constexpr auto kTiles64 = tiles<4>(std::make_integer_sequence<int, 7>());
-constexpr auto kTiles32 = tiles<2>(std::make_integer_sequence<int, 14>());
+constexpr auto kTableTiles64 = tiles<4, true>(std::make_integer_sequence<int, 7>());
+constexpr auto kTableTiles32 = tiles<2, true>(std::make_integer_sequence<int, 14>());
+constexpr auto kStrideTiles64 = tiles<4, false>(std::make_integer_sequence<int, 7>());
+constexpr auto kStrideTiles32 = tiles<2, false>(std::make_integer_sequence<int, 14>());
+
+// Depth per pass of lane_matmul: a [kLaneDepthBlock x 64] block of B (256 KB) and the packed rows of A over the same
+// depth stay in L2 while the row blocks sweep the panel.
+constexpr int64_t kLaneDepthBlock = 1024;
 
 bool detect_support() {
     const char* cap = std::getenv("TESSERA_CPU_MAX_ISA");
@@ -132,11 +150,88 @@ LanePackedFilters::LanePackedFilters(const float* A, int64_t rows, int64_t depth
     if (data == nullptr) throw std::bad_alloc();
     data_.reset(data);
     std::fill(data, data + count, 0.0f);
-    for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t m = 0; A != nullptr && m < rows; ++m) {
         float* dst = data + (m / width_) * depth * width_ + m % width_;
         const float* src = A + m * lda;
         for (int64_t k = 0; k < depth; ++k) dst[k * width_] = src[k];
     }
+}
+
+LanePackedFilters LanePackedFilters::from_depth_major(const float* B, int64_t rows, int64_t depth, int64_t ldb) {
+    LanePackedFilters packed(nullptr, rows, depth, 0);
+    float* data = packed.data_.get();
+    const int64_t width = packed.width_;
+    for (int64_t k = 0; k < depth; ++k) {
+        const float* src = B + k * ldb;
+        for (int64_t p = 0; p < packed.panels(); ++p) {
+            const int64_t m0 = p * width, count = std::min(width, rows - m0);
+            std::copy(src + m0, src + m0 + count, data + (p * depth + k) * width);
+        }
+    }
+    return packed;
+}
+
+int64_t lane_row_block(const LanePackedFilters& B) {
+    return B.panel_width() == kLanePanelWidth ? int64_t(kStrideTiles64.size()) : int64_t(kStrideTiles32.size());
+}
+
+void pack_lane_rows(const float* A, int64_t M, int64_t K, int64_t lda, int64_t block, float* dst) {
+    for (int64_t m0 = 0; m0 < M; m0 += block) {
+        float* out = dst + m0 * K;  // block m0 / block starts at (m0 / block) * K * block
+        const int64_t rows = std::min(block, M - m0);
+        for (int64_t r = 0; r < rows; ++r) {
+            const float* src = A + (m0 + r) * lda;
+            for (int64_t k = 0; k < K; ++k) out[k * block + r] = src[k];
+        }
+        for (int64_t r = rows; r < block; ++r)
+            for (int64_t k = 0; k < K; ++k) out[k * block + r] = 0.0f;
+    }
+}
+
+void lane_matmul(const LanePackedFilters& B, int64_t panel_begin, int64_t panel_end, const float* packed_a, int64_t M,
+                 float* C, int64_t ldc) {
+    const int64_t width = B.panel_width(), K = B.depth(), block = lane_row_block(B);
+    const LaneTileFn* tile_fns = width == kLanePanelWidth ? kStrideTiles64.data() : kStrideTiles32.data();
+    for (int64_t k0 = 0; k0 < std::max<int64_t>(K, 1); k0 += kLaneDepthBlock) {
+        const int64_t kc = std::min(kLaneDepthBlock, K - k0);
+        for (int64_t p = panel_begin; p < panel_end; ++p) {
+            const int64_t n0 = p * width, cols = std::min(width, B.rows() - n0);
+            const float* w = B.panel(p) + k0 * width;
+            for (int64_t m0 = 0; m0 < M; m0 += block) {
+                const int64_t rows = std::min(block, M - m0);
+                tile_fns[rows - 1](kc, w, packed_a + m0 * K + k0 * block, nullptr, block, nullptr, C + m0 * ldc + n0,
+                                   ldc, cols, k0 > 0);
+            }
+        }
+    }
+}
+
+void lane_matmul(ThreadPool& pool, const float* A, int64_t M, int64_t lda, const LanePackedFilters& B, float* C,
+                 int64_t ldc) {
+    const int64_t K = B.depth(), block = lane_row_block(B), blocks = (M + block - 1) / block;
+    if (M <= 0) return;
+    float* packed = thread_scratch_buffer<float, 7>(blocks * block * K);
+    pool.parallel_for(blocks, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, block * K)),
+                      [&](int64_t first, int64_t last) {
+                          const int64_t m0 = first * block, m1 = std::min(M, last * block);
+                          pack_lane_rows(A + m0 * lda, m1 - m0, K, lda, block, packed + m0 * K);
+                      });
+    // Whole panels per task when there are enough of them; otherwise each panel's rows in a few parts.
+    const int64_t panels = B.panels();
+    const int64_t row_parts = std::min(blocks, (4 * pool.size() + panels - 1) / panels);
+    const int64_t blocks_per_part = (blocks + row_parts - 1) / row_parts;
+    pool.parallel_for(panels * row_parts, 1, [&](int64_t first, int64_t last) {
+        for (int64_t t = first; t < last; ++t) {
+            const int64_t p = t / row_parts, b0 = (t % row_parts) * blocks_per_part;
+            const int64_t m0 = b0 * block, m1 = std::min(M, (b0 + blocks_per_part) * block);
+            if (m0 < m1) lane_matmul(B, p, p + 1, packed + m0 * K, m1 - m0, C + m0 * ldc, ldc);
+        }
+    });
+}
+
+bool lanes_fill(int64_t filters) {
+    const int64_t width = lane_panel_width_for(filters), padded = (filters + width - 1) / width * width;
+    return filters > 0 && padded * 7 <= filters * 8;
 }
 
 void lane_gemm_positions(const LanePackedFilters& A, int64_t panel, const float* x, const int64_t* row_offsets,
@@ -145,8 +240,8 @@ void lane_gemm_positions(const LanePackedFilters& A, int64_t panel, const float*
     if (epilogue != nullptr && !epilogue->active()) epilogue = nullptr;
     const int64_t width = A.panel_width(), m0 = panel * width;
     const int64_t filters = std::min(width, A.rows() - m0);
-    const LaneTileFn* tile_fns = width == kLanePanelWidth ? kTiles64.data() : kTiles32.data();
-    const int64_t tile_height = width == kLanePanelWidth ? int64_t(kTiles64.size()) : int64_t(kTiles32.size());
+    const LaneTileFn* tile_fns = width == kLanePanelWidth ? kTableTiles64.data() : kTableTiles32.data();
+    const int64_t tile_height = lane_row_block(A);
     alignas(64) float panel_bias[kLanePanelWidth] = {};
     if (bias != nullptr) std::copy(bias + m0, bias + m0 + filters, panel_bias);
     alignas(64) float results[kPositionChunk * kLanePanelWidth];
@@ -154,8 +249,8 @@ void lane_gemm_positions(const LanePackedFilters& A, int64_t panel, const float*
         const int64_t chunk = std::min(kPositionChunk, count - j0);
         for (int64_t r = 0; r < chunk; r += tile_height) {
             const int64_t rows = std::min(tile_height, chunk - r);
-            tile_fns[rows - 1](A.depth(), A.panel(panel), x + j0 + r, row_offsets, panel_bias,
-                               results + r * kLanePanelWidth);
+            tile_fns[rows - 1](A.depth(), A.panel(panel), x + j0 + r, row_offsets, 0, panel_bias,
+                               results + r * kLanePanelWidth, kLanePanelWidth, kLanePanelWidth, false);
         }
         store_transposed(results, filters, chunk, y + j0, ldy, epilogue, z != nullptr ? z + j0 : nullptr);
         if (epilogue != nullptr && !vector_activation(*epilogue)) {

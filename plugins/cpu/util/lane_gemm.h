@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "thread_pool.h"
 #include "util/conv_epilogue.h"
 
 namespace tessera::cpu {
@@ -34,6 +35,8 @@ class LanePackedFilters {
 public:
     LanePackedFilters() = default;
     LanePackedFilters(const float* A, int64_t rows, int64_t depth, int64_t lda);
+    // The same filters given depth-major: filter m's step k at B[k * ldb + m] (a MatMul's B [K, N], N filters).
+    static LanePackedFilters from_depth_major(const float* B, int64_t rows, int64_t depth, int64_t ldb);
 
     bool empty() const { return data_ == nullptr; }
     int64_t rows() const { return rows_; }
@@ -60,5 +63,28 @@ private:
 void lane_gemm_positions(const LanePackedFilters& A, int64_t panel, const float* x, const int64_t* row_offsets,
                          int64_t count, const float* bias, float* y, int64_t ldy,
                          const ConvEpilogue* epilogue = nullptr, const float* z = nullptr);
+
+// ---- Matrix products C[M, N] = A[M, K] x B[K, N] with B packed (LanePackedFilters::from_depth_major) ----------
+// The same tiles with A's rows in place of positions: C is written row by row with no transpose.  A is first packed
+// by pack_lane_rows into blocks of lane_row_block(B) rows, each [K][block] (rows past M zero), so that a tile's
+// broadcasts read consecutive floats.
+
+// Rows per packed block of A (the tile height for B's panel width).
+int64_t lane_row_block(const LanePackedFilters& B);
+// A [M, K] (row stride lda) into dst, which holds ceil(M / block) * block * K floats.
+void pack_lane_rows(const float* A, int64_t M, int64_t K, int64_t lda, int64_t block, float* dst);
+// Columns of panels [panel_begin, panel_end) of C (row stride ldc) = packed A x B.  On the calling thread; requires
+// lane_gemm_supported(); never throws.
+void lane_matmul(const LanePackedFilters& B, int64_t panel_begin, int64_t panel_end, const float* packed_a, int64_t M,
+                 float* C, int64_t ldc);
+
+// The whole product C = A x B (A [M, K] with row stride lda), A packed into the calling thread's scratch and the
+// panels (and, for few panels, the rows) split across the pool.  Call it outside any parallel region.
+void lane_matmul(ThreadPool& pool, const float* A, int64_t M, int64_t lda, const LanePackedFilters& B, float* C,
+                 int64_t ldc);
+
+// Whether a product or convolution with `filters` output columns fills the lane panels well enough to run here: at
+// most 1/8 of the panel lanes empty (1000 classes use 1024 lanes).
+bool lanes_fill(int64_t filters);
 
 }  // namespace tessera::cpu
