@@ -7,8 +7,6 @@
 // Activations: Relu, Clip (constant bounds), Sigmoid, Tanh, LeakyRelu, HardSigmoid, as FusedConv defines them.
 // The fused node is kept only where the provider that would run it is the one that would run every node it
 // replaces (PassContext::placement); elsewhere the graph stays as it was.
-#include <limits>
-
 #include "optimizer/fusion_util.h"
 #include "optimizer/optimizer.h"
 #include "tessera/provider.h"
@@ -18,45 +16,6 @@ namespace tessera {
 namespace {
 
 constexpr const char* kFusedDomain = TESS_FUSED_OPS_DOMAIN;
-
-// The FusedConv activation (name and parameters) that `node` computes, if it is one.
-bool fusable_activation(const Graph& graph, const Node& node, std::string& name, std::vector<float>& params) {
-    if (!node.domain.empty() || node.outputs.size() != 1 || node.inputs.empty()) return false;
-    const std::string& op = node.op_type;
-    params.clear();
-    if (op == "Relu" || op == "Sigmoid" || op == "Tanh") {
-        name = op;
-        return true;
-    }
-    if (op == "LeakyRelu") {
-        name = op;
-        params = {fusion::float_attribute(node, "alpha", 0.01f)};
-        return true;
-    }
-    if (op == "HardSigmoid") {
-        name = op;
-        params = {fusion::float_attribute(node, "alpha", 0.2f), fusion::float_attribute(node, "beta", 0.5f)};
-        return true;
-    }
-    if (op == "Clip") {
-        float lo = std::numeric_limits<float>::lowest(), hi = std::numeric_limits<float>::max();
-        if (graph.opset_of("") < 11) {
-            lo = fusion::float_attribute(node, "min", lo);
-            hi = fusion::float_attribute(node, "max", hi);
-        } else {
-            for (size_t i = 1; i < node.inputs.size() && i < 3; ++i) {
-                if (node.inputs[i].empty()) continue;
-                auto bound = fusion::constant_floats(graph, node.inputs[i], 1);
-                if (!bound) return false;  // bounds computed at run time, or not float32
-                (i == 1 ? lo : hi) = (*bound)[0];
-            }
-        }
-        name = op;
-        params = {lo, hi};
-        return true;
-    }
-    return false;
-}
 
 bool is_float32(const Graph& graph, const std::string& value) {
     auto it = graph.types.find(value);
@@ -114,7 +73,7 @@ private:
             }
             std::string activation;
             std::vector<float> params;
-            if (single_reader(tail, next) && fusable_activation(graph, graph.nodes[next], activation, params)) {
+            if (single_reader(tail, next) && fusion::fusable_activation(graph, graph.nodes[next], activation, params)) {
                 chain.nodes.push_back(next);
                 tail = graph.nodes[next].outputs[0];
             } else {

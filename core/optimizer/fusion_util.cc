@@ -1,6 +1,7 @@
 #include "optimizer/fusion_util.h"
 
 #include <cstring>
+#include <limits>
 
 #include "common/log.h"
 #include "tessera/provider.h"
@@ -43,6 +44,44 @@ std::string add_float_constant(Graph& graph, const std::string& base, std::vecto
     graph.types[name] = std::move(type);
     graph.initializers[name] = SharedValue(value.release(), ValueDeleter{});
     return name;
+}
+
+bool fusable_activation(const Graph& graph, const Node& node, std::string& name, std::vector<float>& params) {
+    if (!node.domain.empty() || node.outputs.size() != 1 || node.inputs.empty()) return false;
+    const std::string& op = node.op_type;
+    params.clear();
+    if (op == "Relu" || op == "Sigmoid" || op == "Tanh") {
+        name = op;
+        return true;
+    }
+    if (op == "LeakyRelu") {
+        name = op;
+        params = {fusion::float_attribute(node, "alpha", 0.01f)};
+        return true;
+    }
+    if (op == "HardSigmoid") {
+        name = op;
+        params = {fusion::float_attribute(node, "alpha", 0.2f), fusion::float_attribute(node, "beta", 0.5f)};
+        return true;
+    }
+    if (op == "Clip") {
+        float lo = std::numeric_limits<float>::lowest(), hi = std::numeric_limits<float>::max();
+        if (graph.opset_of("") < 11) {
+            lo = fusion::float_attribute(node, "min", lo);
+            hi = fusion::float_attribute(node, "max", hi);
+        } else {
+            for (size_t i = 1; i < node.inputs.size() && i < 3; ++i) {
+                if (node.inputs[i].empty()) continue;
+                auto bound = fusion::constant_floats(graph, node.inputs[i], 1);
+                if (!bound) return false;  // bounds computed at run time, or not float32
+                (i == 1 ? lo : hi) = (*bound)[0];
+            }
+        }
+        name = op;
+        params = {lo, hi};
+        return true;
+    }
+    return false;
 }
 
 std::unordered_map<std::string, std::vector<size_t>> consumers(const Graph& graph) {

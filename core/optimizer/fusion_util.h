@@ -21,6 +21,10 @@ std::optional<std::vector<int64_t>> constant_dims(const Graph& graph, const std:
 std::string add_float_constant(Graph& graph, const std::string& base, std::vector<int64_t> dims,
                                const std::vector<float>& values);
 
+// The FusedConv activation (name and parameters: Relu, Sigmoid, Tanh, LeakyRelu [alpha], HardSigmoid [alpha, beta],
+// Clip [min, max] with constant bounds) that `node` computes, if it is one.
+bool fusable_activation(const Graph& graph, const Node& node, std::string& name, std::vector<float>& params);
+
 // Node indices reading each value (graph outputs are not counted here).
 std::unordered_map<std::string, std::vector<size_t>> consumers(const Graph& graph);
 

@@ -1,16 +1,22 @@
 // The lane micro-kernels (plugins/cpu/util/lane_gemm.h) against a plain double product, over panel widths, tile
-// remainders, position chunks and tabulated row offsets.  Convolutions that reach them through the Conv kernel are
-// checked in test_conv_gemm.cc.
+// remainders, position chunks and tabulated row offsets, and the FusedMatMulBias kernel on every path it takes
+// (lane panels, packed columns, runtime weights; constant or runtime bias) against a plain reference.  Convolutions
+// that reach the lane kernels through the Conv kernel are checked in test_conv_gemm.cc.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "kernel_harness.h"
+#include "kernels/all_kernels.h"
+#include "tessera/provider.h"
 #include "util/lane_gemm.h"
 
 namespace tessera::cpu {
 namespace {
+
+using namespace testing;
 
 std::vector<float> random_floats(size_t count, std::mt19937& rng) {
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -114,6 +120,92 @@ TEST(LaneGemm, MatmulMatchesPlainProduct) {
             }
         }
     }
+}
+
+double reference_activation(const std::string& name, double v) {
+    if (name.empty()) return v;
+    if (name == "Relu") return v > 0 ? v : 0;
+    if (name == "Sigmoid") return 1 / (1 + std::exp(-v));
+    if (name == "Tanh") return std::tanh(v);
+    if (name == "Gelu") return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+    if (name == "GeluTanh") return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    if (name == "Clip") return std::min(std::max(v, -0.2), 0.3);
+    if (name == "LeakyRelu") return v >= 0 ? v : 0.1 * v;
+    ADD_FAILURE() << "no reference for " << name;
+    return v;
+}
+
+TEST(FusedMatMulBiasOp, EveryActivationOnEveryPath) {
+    static const KernelRegistry reg = [] {
+        KernelRegistry r;
+        register_gemm_kernels(r);
+        return r;
+    }();
+    std::mt19937 rng(11);
+    struct Shape3 {
+        Shape a;
+        int64_t N;
+    };
+    // Lane panels (64, 96), packed columns (40), 1000 wide; batched and 2-D A.
+    const Shape3 shapes[] = {{{2, 5, 33}, 64}, {{7, 20}, 96}, {{3, 17}, 40}, {{2, 70}, 1000}};
+    const std::string activations[] = {"", "Relu", "Sigmoid", "Tanh", "Gelu", "GeluTanh", "Clip", "LeakyRelu"};
+    for (const auto& [a_shape, N] : shapes) {
+        const int64_t K = a_shape.back(), rows = shape_size(a_shape) / K;
+        const std::vector<float> A = random_floats(size_t(shape_size(a_shape)), rng);
+        const std::vector<float> B = random_floats(size_t(K * N), rng);
+        const std::vector<float> bias = random_floats(size_t(N), rng);
+        for (const std::string& act : activations) {
+            for (const int constness : {0, 1, 2}) {  // 0: runtime B and bias; 1: constant B; 2: both constant
+                SCOPED_TRACE("A " + shape_string(a_shape) + " N " + std::to_string(N) + " activation '" + act +
+                             "' constness " + std::to_string(constness));
+                NodeBuilder node("FusedMatMulBias", 1, TESS_FUSED_OPS_DOMAIN);
+                ValueHandle b_value = tensor<float>({K, N}, B), bias_value = tensor<float>({N}, bias);
+                node.input(TESS_ELEMENT_FLOAT32);
+                if (constness >= 1) node.constant_input(b_value);
+                else node.input(TESS_ELEMENT_FLOAT32);
+                if (constness == 2) node.constant_input(bias_value);
+                else node.input(TESS_ELEMENT_FLOAT32);
+                node.output(TESS_ELEMENT_FLOAT32);
+                if (act == "GeluTanh") {
+                    node.attr_string("activation", "Gelu").attr_string("approximate", "tanh");
+                } else if (!act.empty()) {
+                    node.attr_string("activation", act);
+                    if (act == "Clip") node.attr_floats("activation_params", {-0.2f, 0.3f});
+                    if (act == "LeakyRelu") node.attr_floats("activation_params", {0.1f});
+                }
+                const auto outputs =
+                    run_node(reg, node, {tensor<float>(a_shape, A), constness >= 1 ? nullptr : b_value,
+                                         constness == 2 ? nullptr : bias_value});
+                Shape y_shape = a_shape;
+                y_shape.back() = N;
+                ASSERT_EQ(outputs[0]->dims, y_shape);
+                const std::vector<float> y = values_of<float>(*outputs[0]);
+                for (int64_t r = 0; r < rows; ++r) {
+                    for (int64_t n = 0; n < N; ++n) {
+                        double v = bias[size_t(n)];
+                        for (int64_t k = 0; k < K; ++k) v += double(A[size_t(r * K + k)]) * double(B[size_t(k * N + n)]);
+                        const double expected = reference_activation(act, v);
+                        ASSERT_NEAR(y[size_t(r * N + n)], expected, 2e-5 * (1 + std::abs(expected)) * std::sqrt(double(K)))
+                            << "row " << r << " column " << n;
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST(FusedMatMulBiasOp, RejectsABiasThatIsNotTheLastAxis) {
+    static const KernelRegistry reg = [] {
+        KernelRegistry r;
+        register_gemm_kernels(r);
+        return r;
+    }();
+    NodeBuilder node("FusedMatMulBias", 1, TESS_FUSED_OPS_DOMAIN);
+    node.input(TESS_ELEMENT_FLOAT32).input(TESS_ELEMENT_FLOAT32).input(TESS_ELEMENT_FLOAT32).output(TESS_ELEMENT_FLOAT32);
+    EXPECT_THROW(run_node(reg, node,
+                          {tensor<float>({2, 3}, std::vector<float>(6)), tensor<float>({3, 4}, std::vector<float>(12)),
+                           tensor<float>({2, 1}, std::vector<float>(2))}),
+                 KernelError);
 }
 
 }  // namespace

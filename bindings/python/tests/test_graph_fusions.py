@@ -1085,3 +1085,94 @@ def test_a_weight_shared_by_two_convolutions_is_freed_after_both_copied_it(tmp_p
     log = subprocess.run([CLI, "run", str(path), "--log-level", "debug"], capture_output=True, text=True)
     assert log.returncode == 0, log.stderr
     assert "freed 576 bytes of constants the providers prepacked" in log.stderr  # 4 x 4 x 3 x 3 floats, once
+
+
+# ---- Linear layers: MatMul + bias [+ activation] -------------------------------------------------------------------
+
+LINEAR = "ai.tessera:FusedMatMulBias"
+
+
+def linear_model(width: int, act: str | None, bias_shape=None, opset: int = 17, rows=(2, 9), depth: int = 48,
+                 constant_weights: bool = True, bias_first: bool = False):
+    """MatMul by a [depth, width] weight, Add of a bias (default [width]) and an optional activation; `act` "ErfGelu"
+    writes GELU out with Erf as pre-20 exporters do.  A Relu in front keeps A from being a graph input."""
+    b = Builder(width * 7 + depth + len(act or ""), opset)
+    x = b.node("Relu", [b.input("x", [*rows, depth])])
+    w_value = (b.rng.standard_normal((depth, width)) / np.sqrt(depth)).astype(np.float32)
+    w = b.const("w", w_value) if constant_weights else b.input("w_in", [depth, width], w_value)
+    bias = b.const("bias", (b.rng.standard_normal(bias_shape or [width]) * 0.5).astype(np.float32))
+    product = b.node("MatMul", [x, w])
+    y = b.node("Add", [bias, product] if bias_first else [product, bias])
+    if act == "ErfGelu":
+        e = b.node("Erf", [b.node("Div", [y, b.scalar("sqrt2", float(np.sqrt(2.0)))])])
+        y = b.node("Mul", [b.node("Mul", [y, b.node("Add", [e, b.scalar("one", 1.0)])]), b.scalar("half", 0.5)])
+    elif act == "GeluTanh":
+        y = b.node("Gelu", [y], approximate="tanh")
+    elif act == "Clip":
+        y = b.node("Clip", [y, b.scalar("lo", -0.2), b.scalar("hi", 0.3)])
+    elif act is not None:
+        y = b.node(act, [y])
+    b.output(y)
+    return b
+
+
+LINEAR_CASES = {
+    # name: (builder arguments, expected operators at level 3 besides the leading Relu)
+    "bias_only_lane_width": (dict(width=64, act=None), [LINEAR]),
+    "bias_first_operand": (dict(width=64, act=None, bias_first=True), [LINEAR]),
+    "relu": (dict(width=96, act="Relu"), [LINEAR]),
+    "erf_gelu_bert_shape": (dict(width=192, act="ErfGelu", rows=(1, 20)), [LINEAR]),
+    "onnx_gelu_tanh": (dict(width=128, act="GeluTanh", opset=20), [LINEAR]),
+    "sigmoid_packed_columns_width": (dict(width=40, act="Sigmoid"), [LINEAR]),
+    "tanh_1000_wide": (dict(width=1000, act="Tanh", rows=(1, 3), depth=33), [LINEAR]),
+    "clip": (dict(width=64, act="Clip"), [LINEAR]),
+    "bias_with_leading_ones": (dict(width=64, act="Relu", bias_shape=[1, 1, 64]), [LINEAR]),
+    "deep_product": (dict(width=64, act=None, depth=1100, rows=(1, 5)), [LINEAR]),
+    # Not fused: a bias that broadcasts over rows, weights that are not constant.
+    "full_bias_not_fused": (dict(width=64, act=None, bias_shape=[9, 64]), ["Add", "MatMul"]),
+    "runtime_weights_not_fused": (dict(width=64, act="Relu", constant_weights=False), ["Add", "MatMul", "Relu"]),
+}
+
+
+@pytest.mark.parametrize("name", list(LINEAR_CASES))
+def test_linear_layer_fuses_and_keeps_results(name):
+    arguments, expected = LINEAR_CASES[name]
+    b = linear_model(**arguments)
+    model = b.model()
+    reference, ops0 = run_at(model, b.feeds, 0)
+    assert ops0 == original_ops(model)
+    theirs = onnxruntime_outputs(model, b.feeds)
+    if theirs is not None:
+        assert_same(reference, theirs, f"{name}: level 0 against onnxruntime")
+    _, basic = run_at(model, b.feeds, 1)
+    assert basic == ops0, "the linear-layer fusion is an extended-level rewrite"
+    for level in (2, 3):
+        outputs, got = run_at(model, b.feeds, level)
+        assert got == sorted(["Relu", *expected]), f"{name}: operators at level {level}"
+        assert_same(outputs, reference, f"{name}: level {level} against level 0")
+
+
+def test_linear_layer_under_other_instruction_sets():
+    """The fused node on the packed-column (AVX2) and OpenBLAS paths agrees with the unfused graph."""
+    b = linear_model(width=64, act="ErfGelu")
+    path = os.path.join(os.path.dirname(__file__), "_linear_isa.onnx")
+    onnx.save(b.model(), path)
+    np.save(path + ".x.npy", b.feeds["x"])
+    script = textwrap.dedent(f"""
+        import numpy as np, tessera
+        x = np.load({path + '.x.npy'!r})
+        fused = tessera.InferenceSession({path!r}, optimization_level=3)
+        assert any('FusedMatMulBias' in op for p in fused.get_partitions() for op in p['ops'])
+        plain = tessera.InferenceSession({path!r}, optimization_level=0)
+        np.testing.assert_allclose(fused.run(None, {{'x': x}})[0], plain.run(None, {{'x': x}})[0], rtol={RTOL},
+                                   atol={ATOL})
+    """)
+    try:
+        for isa in ("avx2", "none"):
+            env = dict(os.environ, TESSERA_CPU_MAX_ISA=isa)
+            result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+            assert result.returncode == 0, f"{isa}: {result.stderr}"
+    finally:
+        for p in (path, path + ".x.npy"):
+            if os.path.exists(p):
+                os.remove(p)

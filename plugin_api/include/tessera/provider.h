@@ -37,7 +37,10 @@ extern "C" {
  *     `activation` (string: Relu, Clip, LeakyRelu, HardSigmoid, Sigmoid, Tanh; absent = none) and
  *     `activation_params` (floats: Clip [min, max], LeakyRelu [alpha], HardSigmoid [alpha, beta]); Z has Y's shape.
  *     The same signature as onnxruntime's com.microsoft FusedConv.
- *   Gelu(X) -> Y: ONNX's Gelu (opset 20) with `approximate` "none" or "tanh", for models of any opset. */
+ *   Gelu(X) -> Y: ONNX's Gelu (opset 20) with `approximate` "none" or "tanh", for models of any opset.
+ *   FusedMatMulBias(A, B, bias) -> Y: Y = activation(MatMul(A, B) + bias), float32; B 2-D [K, N], bias N elements
+ *     shaped [N] or [1, ..., 1, N] (added along Y's last axis); `activation` and `activation_params` as FusedConv's,
+ *     or "Gelu" with `approximate` ("none" or "tanh") as ONNX's Gelu. */
 #define TESS_FUSED_OPS_DOMAIN "ai.tessera"
 
 /* ---- Read-only graph views ---------------------------------------------------------------------------------

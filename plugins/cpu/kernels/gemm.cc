@@ -1,4 +1,4 @@
-// CPU provider: Gemm and MatMul.  float16 and bfloat16 are computed in float (inputs widened, the float product,
+// CPU provider: Gemm, MatMul and the optimizer's FusedMatMulBias (MatMul + bias [+ activation], provider.h).  float16 and bfloat16 are computed in float (inputs widened, the float product,
 // the result rounded back); float16/bfloat16 constant inputs are widened once, when the kernel is created.
 #include <optional>
 #include <string>
@@ -6,10 +6,13 @@
 #include "host.h"
 #include "kernels/all_kernels.h"
 #include "util/compute_cast.h"
+#include "util/conv_epilogue.h"
 #include "util/float16_compute.h"
 #include "util/gemm.h"
 #include "util/lane_gemm.h"
+#include "util/thread_scratch.h"
 #include "util/type_list.h"
+#include "util/vec_math.h"
 
 namespace tessera::cpu {
 
@@ -164,9 +167,66 @@ private:
     Shape packed_shape_;      // B's shape then
 };
 
+// ---- The FusedMatMulBias tail ----------------------------------------------------------------------------------
+
+struct IdentityAct {
+    [[gnu::always_inline]] vec::Vf operator()(vec::Vf x) const { return x; }
+};
+struct ReluAct {
+    [[gnu::always_inline]] vec::Vf operator()(vec::Vf x) const { return vec::max(x, vec::splat(0.0f)); }
+};
+struct SigmoidAct {
+    [[gnu::always_inline]] vec::Vf operator()(vec::Vf x) const { return vec::sigmoid(x); }
+};
+struct TanhAct {
+    [[gnu::always_inline]] vec::Vf operator()(vec::Vf x) const { return vec::tanh(x); }
+};
+struct GeluAct {
+    [[gnu::always_inline]] vec::Vf operator()(vec::Vf x) const { return vec::gelu(x); }
+};
+struct GeluTanhAct {
+    [[gnu::always_inline]] vec::Vf operator()(vec::Vf x) const { return vec::gelu_tanh(x); }
+};
+template <typename Act>
+struct BiasThen {
+    [[gnu::always_inline]] vec::Vf operator()(vec::Vf y, vec::Vf b) const { return Act{}(y + b); }
+};
+
+template <typename Act>
+void map_block(const float* bias, float* y, int64_t ldy, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    vec::run_best_isa([&] {
+        for (int64_t r = r0; r < r1; ++r) {
+            float* row = y + r * ldy + c0;
+            if (bias != nullptr) vec::map2(row, bias + c0, row, c1 - c0, BiasThen<Act>{});
+            else vec::map(row, row, c1 - c0, Act{});
+        }
+    });
+}
+
+// y = activation(y + bias) over rows [r0, r1) and columns [c0, c1) of a row-major y (bias NULL when the products
+// already started from it), vectorized where vec_math.h has the activation.
+void finish_block(const ConvEpilogue& e, const float* bias, float* y, int64_t ldy, int64_t r0, int64_t r1,
+                  int64_t c0, int64_t c1) {
+    using A = ConvEpilogue::Activation;
+    switch (e.activation) {
+        case A::None: return map_block<IdentityAct>(bias, y, ldy, r0, r1, c0, c1);
+        case A::Relu: return map_block<ReluAct>(bias, y, ldy, r0, r1, c0, c1);
+        case A::Sigmoid: return map_block<SigmoidAct>(bias, y, ldy, r0, r1, c0, c1);
+        case A::Tanh: return map_block<TanhAct>(bias, y, ldy, r0, r1, c0, c1);
+        case A::Gelu: return map_block<GeluAct>(bias, y, ldy, r0, r1, c0, c1);
+        case A::GeluTanh: return map_block<GeluTanhAct>(bias, y, ldy, r0, r1, c0, c1);
+        default:
+            map_block<IdentityAct>(bias, y, ldy, r0, r1, c0, c1);
+            for (int64_t r = r0; r < r1; ++r) e.apply(y + r * ldy + c0, static_cast<const float*>(nullptr), c1 - c0);
+            return;
+    }
+}
+
+// MatMul, and FusedMatMulBias (float32): Y = activation(MatMul(A, B) + bias), bias N elements along the last axis.
 class MatMulKernel final : public Kernel {
 public:
-    explicit MatMulKernel(const NodeInfo& info) : b_(info, 1) {
+    explicit MatMulKernel(const NodeInfo& info)
+        : b_(info, 1), fused_(info.op_type() == "FusedMatMulBias"), epilogue_(ConvEpilogue::parse(info)) {
         // A constant float matrix B (the weights of a linear layer) is packed once for the micro-kernels, and the
         // original is given back to the core.
         const std::optional<Tensor> B = info.constant_tensor(1);
@@ -174,6 +234,12 @@ public:
             lane_b_ = LanePackedFilters::from_depth_major(B->ptr<float>(), B->shape[1], B->shape[0], B->shape[1]);
             packed_shape_ = B->shape;
             info.release_constant(1);
+            // A constant bias becomes the products' starting value, padded to whole panels.
+            const std::optional<Tensor> bias = fused_ ? info.constant_tensor(2) : std::nullopt;
+            if (bias && bias->type == TESS_ELEMENT_FLOAT32 && static_cast<int64_t>(bias->size()) == B->shape[1]) {
+                lane_bias_.assign(static_cast<size_t>(lane_b_.panels() * lane_b_.panel_width()), 0.0f);
+                std::copy(bias->ptr<float>(), bias->ptr<float>() + bias->size(), lane_bias_.begin());
+            }
         } else if (B && B->type == TESS_ELEMENT_FLOAT32 && B->rank() == 2 && packed_gemm_supported()) {
             packed_b_ = PackedColumns(B->ptr<float>(), false, B->shape[0], B->shape[1], B->shape[1]);
             packed_shape_ = B->shape;
@@ -184,6 +250,10 @@ public:
     void compute(KernelContext& ctx) const override {
         if (!packed_b_.empty() || !lane_b_.empty()) {
             compute_prepacked(ctx);
+            return;
+        }
+        if (fused_) {
+            compute_fused(ctx);
             return;
         }
         const Tensor& A = ctx.input(0);
@@ -201,6 +271,38 @@ public:
     }
 
 private:
+    // FusedMatMulBias's bias checked against the product's N: the elements to add.
+    const float* fused_bias(const KernelContext& ctx, int64_t N) const {
+        const Tensor& bias = ctx.input(2);
+        if (bias.type != TESS_ELEMENT_FLOAT32 || static_cast<int64_t>(bias.size()) != N || bias.rank() == 0 ||
+            bias.shape.back() != N)
+            throw KernelError("FusedMatMulBias: bias " + shape_string(bias.shape) + " must hold the " +
+                              std::to_string(N) + " float elements of the product's last axis");
+        return bias.ptr<float>();
+    }
+
+    // The bias and activation over the whole output, rows split across the pool.
+    void finish_output(ThreadPool& pool, const float* bias, float* y, int64_t rows, int64_t N) const {
+        pool.parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, N)), [&](int64_t first, int64_t last) {
+            finish_block(epilogue_, bias, y, N, first, last, 0, N);
+        });
+    }
+
+    // FusedMatMulBias with a B that is not a packed constant: MatMul, then the tail.
+    void compute_fused(KernelContext& ctx) const {
+        const Tensor& A = ctx.input(0);
+        const Tensor& B = b_.tensor(ctx);
+        if (A.type != TESS_ELEMENT_FLOAT32 || B.type != TESS_ELEMENT_FLOAT32 || B.rank() != 2)
+            throw KernelError("FusedMatMulBias: A and B must be float32, B 2-D (A " + shape_string(A.shape) + ", B " +
+                              shape_string(B.shape) + ")");
+        const MatMulPlan plan = plan_matmul(A.shape, B.shape, "FusedMatMulBias");
+        const float* bias = fused_bias(ctx, plan.N);
+        Tensor& Y = ctx.output(0, A.type, plan.output_shape);
+        if (Y.size() == 0) return;
+        run_matmul<float>(ctx.pool(), plan, A.ptr<float>(), B.ptr<float>(), Y.ptr<float>());
+        finish_output(ctx.pool(), bias, Y.ptr<float>(), static_cast<int64_t>(Y.size()) / plan.N, plan.N);
+    }
+
     void compute_prepacked(KernelContext& ctx) const {
         const Tensor& A = ctx.input(0);
         check_same_type("MatMul", A.type, TESS_ELEMENT_FLOAT32, "B");
@@ -213,17 +315,40 @@ private:
             std::fill(Y.ptr<float>(), Y.ptr<float>() + Y.size(), 0.0f);
             return;
         }
+        const int64_t N = packed_shape_[1];
+        const float* bias = fused_ ? fused_bias(ctx, N) : nullptr;
+        float* y = Y.ptr<float>();
         if (!lane_b_.empty()) {
-            lane_matmul(ctx.pool(), A.ptr<float>(), rows, K, lane_b_, Y.ptr<float>(), packed_shape_[1]);
+            // The bias is the products' starting value (the kernel's padded copy when it is a constant); the
+            // activation runs on each task's block while it is in cache.
+            const float* start = nullptr;
+            if (fused_) {
+                if (lane_bias_.empty()) {
+                    float* padded = thread_scratch_buffer<float, 6>(lane_b_.panels() * lane_b_.panel_width());
+                    std::fill(padded, padded + lane_b_.panels() * lane_b_.panel_width(), 0.0f);
+                    std::copy(bias, bias + N, padded);
+                    start = padded;
+                } else {
+                    start = lane_bias_.data();
+                }
+            }
+            const bool activation = fused_ && epilogue_.activation != ConvEpilogue::Activation::None;
+            const GemmEpilogue tail = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+                finish_block(epilogue_, nullptr, y, N, r0, r1, c0, c1);
+            };
+            lane_matmul(ctx.pool(), A.ptr<float>(), rows, K, lane_b_, y, N, start, activation ? &tail : nullptr);
             return;
         }
-        gemm_prepacked(ctx.pool(), false, rows, K, 1.0f, A.ptr<float>(), K, packed_b_, 0.0f, Y.ptr<float>(),
-                       packed_shape_[1]);
+        gemm_prepacked(ctx.pool(), false, rows, K, 1.0f, A.ptr<float>(), K, packed_b_, 0.0f, y, N);
+        if (fused_) finish_output(ctx.pool(), bias, y, rows, N);
     }
 
     InputWithWidenedConstant b_;
     PackedColumns packed_b_;  // B packed, when it is a constant float matrix
     LanePackedFilters lane_b_;  // or packed for the lane kernels (util/lane_gemm.h), when its columns fill them
+    bool fused_;                    // FusedMatMulBias
+    ConvEpilogue epilogue_;         // its activation
+    std::vector<float> lane_bias_;  // its constant bias, padded to lane_b_'s panels
     Shape packed_shape_;
 };
 
@@ -257,6 +382,14 @@ void register_gemm_kernels(KernelRegistry& registry) {
                   make_factory<MatMulKernel>()});
     registry.add(
         {"", "MatMul", 9, 0, {{0, gemm_types}, {1, gemm_types}}, KernelMemory::Normal, make_factory<MatMulKernel>()});
+    const std::vector<int32_t> float32{TESS_ELEMENT_FLOAT32};
+    registry.add({TESS_FUSED_OPS_DOMAIN,
+                  "FusedMatMulBias",
+                  1,
+                  0,
+                  {{0, float32}, {1, float32}, {2, float32}},
+                  KernelMemory::Normal,
+                  make_factory<MatMulKernel>()});
 }
 
 }  // namespace tessera::cpu

@@ -1,4 +1,5 @@
-// CPU provider: what a convolution applies to its output blocks after the products (the optimizer's FusedConv).
+// CPU provider: what a convolution or matrix product applies to its output blocks after the products (the
+// optimizer's FusedConv and FusedMatMulBias).
 #pragma once
 
 #include <algorithm>
@@ -14,19 +15,21 @@ namespace tessera::cpu {
 // The optimizer's FusedConv tail (provider.h), Y = activation(Conv(X, W, B) + Z), applied to each block of Y right
 // after the product wrote it (still in cache) instead of in separate passes over memory.  Plain Conv has none.
 struct ConvEpilogue {
-    enum class Activation { None, Relu, Clip, LeakyRelu, HardSigmoid, Sigmoid, Tanh, Silu };
+    enum class Activation { None, Relu, Clip, LeakyRelu, HardSigmoid, Sigmoid, Tanh, Silu, Gelu, GeluTanh };
     Activation activation = Activation::None;
     float alpha = 0.0f, beta = 0.0f;
     bool has_sum = false;  // Z given
 
     static ConvEpilogue parse(const NodeInfo& info) {
         ConvEpilogue e;
-        if (info.op_type() != "FusedConv") return e;
+        const bool matmul = info.op_type() == "FusedMatMulBias";
+        if (info.op_type() != "FusedConv" && !matmul) return e;
+        const std::string op(info.op_type());
         const std::string name = info.attr_string("activation", "");
         const std::vector<float> params = info.attr_floats("activation_params");
         auto want = [&](size_t count) {
             if (params.size() != count)
-                throw KernelError("FusedConv: activation " + name + " takes " + std::to_string(count) +
+                throw KernelError(op + ": activation " + name + " takes " + std::to_string(count) +
                                   " activation_params, got " + std::to_string(params.size()));
         };
         if (name.empty() || name == "Identity") e.activation = Activation::None;
@@ -48,10 +51,15 @@ struct ConvEpilogue {
             e.activation = Activation::HardSigmoid;
             e.alpha = params[0];
             e.beta = params[1];
+        } else if (name == "Gelu" && matmul) {
+            const std::string approximate = info.attr_string("approximate", "none");
+            if (approximate != "none" && approximate != "tanh")
+                throw KernelError(op + ": approximate must be \"none\" or \"tanh\", got \"" + approximate + "\"");
+            e.activation = approximate == "tanh" ? Activation::GeluTanh : Activation::Gelu;
         } else {
-            throw KernelError("FusedConv: unsupported activation '" + name + "'");
+            throw KernelError(op + ": unsupported activation '" + name + "'");
         }
-        e.has_sum = info.has_input(3);
+        e.has_sum = !matmul && info.has_input(3);
         return e;
     }
 
@@ -85,6 +93,18 @@ struct ConvEpilogue {
                 return;
             case Activation::Silu:
                 for (int64_t i = 0; i < n; ++i) y[i] = y[i] / (T(1) + std::exp(-y[i]));
+                return;
+            case Activation::Gelu:
+                for (int64_t i = 0; i < n; ++i) {
+                    const T x = y[i], z = x * T(0.70710678118654752);
+                    y[i] = x < T(0) ? T(0.5) * x * std::erfc(-z) : T(0.5) * x * (T(1) + std::erf(z));
+                }
+                return;
+            case Activation::GeluTanh:
+                for (int64_t i = 0; i < n; ++i) {
+                    const T x = y[i], u = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
+                    y[i] = x / (T(1) + std::exp(T(-2) * u));
+                }
                 return;
         }
     }

@@ -189,7 +189,7 @@ void pack_lane_rows(const float* A, int64_t M, int64_t K, int64_t lda, int64_t b
 }
 
 void lane_matmul(const LanePackedFilters& B, int64_t panel_begin, int64_t panel_end, const float* packed_a, int64_t M,
-                 float* C, int64_t ldc) {
+                 float* C, int64_t ldc, const float* bias) {
     const int64_t width = B.panel_width(), K = B.depth(), block = lane_row_block(B);
     const LaneTileFn* tile_fns = width == kLanePanelWidth ? kStrideTiles64.data() : kStrideTiles32.data();
     for (int64_t k0 = 0; k0 < std::max<int64_t>(K, 1); k0 += kLaneDepthBlock) {
@@ -199,15 +199,15 @@ void lane_matmul(const LanePackedFilters& B, int64_t panel_begin, int64_t panel_
             const float* w = B.panel(p) + k0 * width;
             for (int64_t m0 = 0; m0 < M; m0 += block) {
                 const int64_t rows = std::min(block, M - m0);
-                tile_fns[rows - 1](kc, w, packed_a + m0 * K + k0 * block, nullptr, block, nullptr, C + m0 * ldc + n0,
-                                   ldc, cols, k0 > 0);
+                tile_fns[rows - 1](kc, w, packed_a + m0 * K + k0 * block, nullptr, block,
+                                   bias != nullptr ? bias + n0 : nullptr, C + m0 * ldc + n0, ldc, cols, k0 > 0);
             }
         }
     }
 }
 
 void lane_matmul(ThreadPool& pool, const float* A, int64_t M, int64_t lda, const LanePackedFilters& B, float* C,
-                 int64_t ldc) {
+                 int64_t ldc, const float* bias, const GemmEpilogue* epilogue) {
     const int64_t K = B.depth(), block = lane_row_block(B), blocks = (M + block - 1) / block;
     if (M <= 0) return;
     float* packed = thread_scratch_buffer<float, 7>(blocks * block * K);
@@ -224,7 +224,10 @@ void lane_matmul(ThreadPool& pool, const float* A, int64_t M, int64_t lda, const
         for (int64_t t = first; t < last; ++t) {
             const int64_t p = t / row_parts, b0 = (t % row_parts) * blocks_per_part;
             const int64_t m0 = b0 * block, m1 = std::min(M, (b0 + blocks_per_part) * block);
-            if (m0 < m1) lane_matmul(B, p, p + 1, packed + m0 * K, m1 - m0, C + m0 * ldc, ldc);
+            if (m0 >= m1) continue;
+            lane_matmul(B, p, p + 1, packed + m0 * K, m1 - m0, C + m0 * ldc, ldc, bias);
+            if (epilogue != nullptr && *epilogue)
+                (*epilogue)(m0, m1, p * B.panel_width(), std::min(B.rows(), (p + 1) * B.panel_width()));
         }
     });
 }

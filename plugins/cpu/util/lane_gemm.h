@@ -14,6 +14,7 @@
 
 #include "thread_pool.h"
 #include "util/conv_epilogue.h"
+#include "util/gemm.h"
 
 namespace tessera::cpu {
 
@@ -75,13 +76,15 @@ int64_t lane_row_block(const LanePackedFilters& B);
 void pack_lane_rows(const float* A, int64_t M, int64_t K, int64_t lda, int64_t block, float* dst);
 // Columns of panels [panel_begin, panel_end) of C (row stride ldc) = packed A x B.  On the calling thread; requires
 // lane_gemm_supported(); never throws.
+// bias: NULL, or B.panels() * B.panel_width() values (zero past B.rows()) that C's rows start from.
 void lane_matmul(const LanePackedFilters& B, int64_t panel_begin, int64_t panel_end, const float* packed_a, int64_t M,
-                 float* C, int64_t ldc);
+                 float* C, int64_t ldc, const float* bias = nullptr);
 
-// The whole product C = A x B (A [M, K] with row stride lda), A packed into the calling thread's scratch and the
-// panels (and, for few panels, the rows) split across the pool.  Call it outside any parallel region.
+// The whole product C = A x B (+ bias, padded as above) (A [M, K] with row stride lda), A packed into the calling
+// thread's scratch and the panels (and, for few panels, the rows) split across the pool; `epilogue` (may be NULL)
+// runs on each task's block of C right after the task computed it.  Call it outside any parallel region.
 void lane_matmul(ThreadPool& pool, const float* A, int64_t M, int64_t lda, const LanePackedFilters& B, float* C,
-                 int64_t ldc);
+                 int64_t ldc, const float* bias = nullptr, const GemmEpilogue* epilogue = nullptr);
 
 // Whether a product or convolution with `filters` output columns fills the lane panels well enough to run here: at
 // most 1/8 of the panel lanes empty (1000 classes use 1024 lanes).
