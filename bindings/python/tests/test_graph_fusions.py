@@ -1170,7 +1170,9 @@ def test_linear_layer_under_other_instruction_sets():
     try:
         for isa in ("avx2", "none"):
             env = dict(os.environ, TESSERA_CPU_MAX_ISA=isa)
-            result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+            env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(__file__)), env.get("PYTHONPATH", "")])
+            result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                                    timeout=300)
             assert result.returncode == 0, f"{isa}: {result.stderr}"
     finally:
         for p in (path, path + ".x.npy"):

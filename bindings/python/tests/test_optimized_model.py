@@ -112,7 +112,9 @@ def test_fused_conv_model_is_saved_and_runs(tmp_path):
 def test_matmul_model_is_saved_valid_onnx(tmp_path):
     model, feeds = matmul_model()
     path = tmp_path / "matmul_opt.onnx"
-    session = tessera.InferenceSession(model.SerializeToString(), optimized_model_filepath=path)  # a PathLike
+    # The basic level folds and removes but fuses nothing, so the saved graph is plain ONNX.
+    session = tessera.InferenceSession(model.SerializeToString(), optimized_model_filepath=path,  # a PathLike
+                                       optimization_level=1)
     expected = session.run(None, feeds)
 
     saved = onnx.load(str(path))
@@ -127,6 +129,13 @@ def test_matmul_model_is_saved_valid_onnx(tmp_path):
 
     assert_same(tessera.InferenceSession(str(path)).run(None, feeds), expected)
     assert_same(tessera.InferenceSession(model, optimization_level=0).run(None, feeds), expected)
+
+    # The default level makes a linear layer of MatMul and Add: saved in the optimizer's domain, it runs again.
+    fused_path = tmp_path / "matmul_fused.onnx"
+    fused = tessera.InferenceSession(model.SerializeToString(), optimized_model_filepath=fused_path)
+    assert ops(onnx.load(str(fused_path))) == [("ai.tessera", "FusedMatMulBias")]
+    assert_same(fused.run(None, feeds), expected)
+    assert_same(tessera.InferenceSession(str(fused_path)).run(None, feeds), expected)
 
 
 @pytest.mark.parametrize("make", [conv_bn_relu_model, matmul_model])
