@@ -25,6 +25,7 @@
 #include "util/lane_gemm.h"
 #include "util/thread_scratch.h"
 #include "util/type_list.h"
+#include "util/winograd.h"
 
 namespace tessera::cpu {
 
@@ -266,7 +267,10 @@ public:
             const bool depthwise = W.rank() == 4 && group_ > 1 && W.shape[1] == 1;
             if (W.rank() >= 3 && !depthwise && W.shape[0] % group_ == 0) {
                 const int64_t depth = W.size() / std::max<int64_t>(1, W.shape[0]);
-                if (group_ == 1 && lanes_chosen(info, W)) {
+                const std::optional<WindowGeometry> declared = declared_geometry(info, W);
+                if (group_ == 1 && declared && winograd_chosen(*declared, W.shape[0])) {
+                    winograd_ = WinogradFilters(W.ptr<float>(), W.shape[0], W.shape[1]);
+                } else if (group_ == 1 && declared && lanes_pay_off(*declared, W.shape[0])) {
                     lane_filters_ = LanePackedFilters(W.ptr<float>(), W.shape[0], depth, depth);
                 } else {
                     packed_filters_ = pack_filters(W.ptr<float>(), W.shape[0], depth);
@@ -280,7 +284,7 @@ public:
     void compute(KernelContext& ctx) const override {
         const Tensor& X = ctx.input(0);
         const Tensor packed_view{TESS_ELEMENT_FLOAT32, packed_shape_, nullptr, nullptr};
-        const bool packed = !packed_filters_.empty() || !lane_filters_.empty();
+        const bool packed = !packed_filters_.empty() || !lane_filters_.empty() || !winograd_.empty();
         const Tensor& W = packed ? packed_view : weights(ctx);
         const Tensor* B = bias(ctx);
         const int64_t M = W.rank() > 0 ? W.shape[0] : 0;
@@ -321,7 +325,17 @@ public:
                 }
                 epilogue_done = true;
             } else if constexpr (std::is_same_v<T, float>) {
-                if (!lane_filters_.empty() && g.rank() == 2) {
+                if (!winograd_.empty()) {
+                    // Chosen at creation from the attributes, which do not change between runs.
+                    if (!winograd_applies(g, M, group_)) throw KernelError("Conv: Winograd filters for another geometry");
+                    const int64_t in_image = C * g.input_size(), out_image = M * g.output_size();
+                    for (int64_t n = 0; n < N; ++n) {
+                        winograd_conv2d(pool, g, x.data() + n * in_image, winograd_, b.data(), epilogue_,
+                                        z.data() != nullptr ? z.data() + n * out_image : nullptr,
+                                        y.data() + n * out_image);
+                    }
+                    epilogue_done = true;
+                } else if (!lane_filters_.empty() && g.rank() == 2) {
                     run_lanes(pool, g, x.data(), b.data(), N, C, M, y.data(), z.data());
                     epilogue_done = true;
                 } else if (!packed_gemm_supported()) {
@@ -352,19 +366,25 @@ public:
     }
 
 private:
-    // Whether the lane kernels take this node: decided once, from the input shape the model declares (the filters
-    // are packed for one kernel family only, so that each weight is held once).
-    bool lanes_chosen(const NodeInfo& info, const Tensor& W) const {
+    // The geometry of the input shape the model declares, when it declares a whole 2-D one: the kernel family is
+    // chosen from it once (the filters are packed for one family only, so that each weight is held once).
+    std::optional<WindowGeometry> declared_geometry(const NodeInfo& info, const Tensor& W) const {
         const std::optional<Shape> x_shape = info.input_shape(0);
-        if (!x_shape || x_shape->size() != 4 || W.rank() != 4) return false;
+        if (!x_shape || x_shape->size() != 4 || W.rank() != 4) return std::nullopt;
         const Shape spatial(x_shape->begin() + 2, x_shape->end());
-        if (std::any_of(spatial.begin(), spatial.end(), [](int64_t d) { return d <= 0; })) return false;
+        if (std::any_of(spatial.begin(), spatial.end(), [](int64_t d) { return d <= 0; })) return std::nullopt;
         try {
-            return lanes_pay_off(resolve_window("Conv", attrs_, spatial, Shape(W.shape.begin() + 2, W.shape.end())),
-                                 W.shape[0]);
+            return resolve_window("Conv", attrs_, spatial, Shape(W.shape.begin() + 2, W.shape.end()));
         } catch (const KernelError&) {
-            return false;  // compute() reports the problem with the shapes it is given
+            return std::nullopt;  // compute() reports the problem with the shapes it is given
         }
+    }
+
+    // Winograd for 3x3 stride-1 layers (util/winograd.h).  TESSERA_CONV_WINOGRAD=0 turns it off (measurements).
+    static bool winograd_chosen(const WindowGeometry& g, int64_t filters) {
+        const char* env = std::getenv("TESSERA_CONV_WINOGRAD");
+        if (env != nullptr && env[0] == '0') return false;
+        return winograd_applies(g, filters, 1) && winograd_pays_off(g, filters);
     }
 
     // 2-D float convolutions on the lane kernels (util/lane_gemm.h), reading the phase planes in place as
@@ -673,6 +693,7 @@ private:
 
     std::vector<PackedFilters> packed_filters_;  // per group, when the filters are constant
     LanePackedFilters lane_filters_;             // or for the lane kernels (one group)
+    WinogradFilters winograd_;                   // or transformed for Winograd (3x3, stride 1, one group)
     Shape packed_shape_;                         // W's shape when packed_filters_ or lane_filters_ holds it
     ConvEpilogue epilogue_;                      // FusedConv's sum and activation (none for Conv)
 };
