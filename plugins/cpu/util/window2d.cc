@@ -40,24 +40,6 @@ __attribute__((target("avx512f"))) inline __mmask16 lanes_inside(int64_t start, 
     return static_cast<__mmask16>(upto_last & from_first);
 }
 
-// Input columns iw0, iw0 + kStride, ... (16 of them) of one row of width W: one load for stride 1, two and a lane
-// shuffle for stride 2.  Columns outside the row read as `fill` (masked lanes load nothing, so nothing faults);
-// `interior` says every column is inside.
-template <int kStride>
-__attribute__((target("avx512f"))) inline __m512 window_columns(const float* row, int64_t iw0, int64_t W,
-                                                                 bool interior, __m512 fill) {
-    if constexpr (kStride == 1) {
-        return interior ? _mm512_loadu_ps(row + iw0) : _mm512_mask_loadu_ps(fill, lanes_inside(iw0, 0, W), row + iw0);
-    } else {
-        const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-        const __m512 lo = interior ? _mm512_loadu_ps(row + iw0)
-                                   : _mm512_mask_loadu_ps(fill, lanes_inside(iw0, 0, W), row + iw0);
-        const __m512 hi = interior ? _mm512_loadu_ps(row + iw0 + 16)
-                                   : _mm512_mask_loadu_ps(fill, lanes_inside(iw0 + 16, 0, W), row + iw0 + 16);
-        return _mm512_permutex2var_ps(lo, even, hi);
-    }
-}
-
 // Masked loads of one column vector's taps: for each kw, the lanes inside the row (two masks for stride 2, one per
 // loaded half).  They depend on the column only, so a plane computes them once per column vector, not per row.
 constexpr int64_t kMaxTapColumns = 16;
@@ -71,16 +53,32 @@ struct ColumnTaps {
 
 template <int kStride>
 __attribute__((target("avx512f"))) inline __m512 tap_columns(const float* row, const ColumnTaps<kStride>& c,
-                                                             int64_t kw, int64_t DW) {
+                                                             int64_t kw, int64_t DW, __m512 fill) {
     const float* at = row + c.base + kw * DW;
     if constexpr (kStride == 1) {
-        return c.interior ? _mm512_loadu_ps(at) : _mm512_maskz_loadu_ps(c.lo[kw], at);
+        return c.interior ? _mm512_loadu_ps(at) : _mm512_mask_loadu_ps(fill, c.lo[kw], at);
     } else {
         const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-        const __m512 lo = c.interior ? _mm512_loadu_ps(at) : _mm512_maskz_loadu_ps(c.lo[kw], at);
-        const __m512 hi = c.interior ? _mm512_loadu_ps(at + 16) : _mm512_maskz_loadu_ps(c.hi[kw], at + 16);
+        const __m512 lo = c.interior ? _mm512_loadu_ps(at) : _mm512_mask_loadu_ps(fill, c.lo[kw], at);
+        const __m512 hi = c.interior ? _mm512_loadu_ps(at + 16) : _mm512_mask_loadu_ps(fill, c.hi[kw], at + 16);
         return _mm512_permutex2var_ps(lo, even, hi);
     }
+}
+
+// The masks of one column vector's taps (16 output columns from ow0).
+template <int kStride>
+__attribute__((target("avx512f"))) inline ColumnTaps<kStride> column_taps(const WindowGeometry& g, int64_t ow0) {
+    const int64_t W = g.input[1], KW = g.kernel[1], DW = g.dilations[1];
+    ColumnTaps<kStride> c;
+    c.base = ow0 * kStride - g.pads_begin[1];
+    c.interior = c.base >= 0 && c.base + (KW - 1) * DW + 16 * kStride <= W && ow0 + 16 <= g.output[1];
+    if (!c.interior) {
+        for (int64_t kw = 0; kw < KW; ++kw) {
+            c.lo[kw] = lanes_inside(c.base + kw * DW, 0, W);
+            c.hi[kw] = lanes_inside(c.base + kw * DW + 16, 0, W);
+        }
+    }
+    return c;
 }
 
 // A row of zeros that stands for the rows of the padding, so that every output row runs every tap (no per-row tap
@@ -108,7 +106,7 @@ __attribute__((target("avx512f"))) void window_rows(const WindowGeometry& g, con
         for (int64_t kw = 0; kw < KW; ++kw) {
             const int64_t t = kh * KW + kw;
             const __m512 wt = hoisted ? weights[t] : _mm512_set1_ps(w[t]);
-            for (int r = 0; r < kRows; ++r) acc[r] = _mm512_fmadd_ps(wt, tap_columns<kStride>(rows[r], c, kw, DW), acc[r]);
+            for (int r = 0; r < kRows; ++r) acc[r] = _mm512_fmadd_ps(wt, tap_columns<kStride>(rows[r], c, kw, DW, _mm512_setzero_ps()), acc[r]);
         }
     }
     const __mmask16 out_mask = lanes_inside(ow0, 0, OW);
@@ -125,26 +123,15 @@ __attribute__((target("avx512f"))) void window_rows(const WindowGeometry& g, con
 template <int kStride>
 __attribute__((target("avx512f"))) void plane(const WindowGeometry& g, const float* x, const float* w, float bias,
                                               float* y, const ConvEpilogue& e, const float* z, bool vector_act) {
-    const int64_t W = g.input[1], OH = g.output[0], OW = g.output[1];
-    const int64_t KH = g.kernel[0], KW = g.kernel[1], DW = g.dilations[1], left = g.pads_begin[1];
+    const int64_t OH = g.output[0], OW = g.output[1], KH = g.kernel[0], KW = g.kernel[1];
     constexpr int64_t kMaxHoisted = 25;  // up to 5x5 windows keep their weights in registers
     __m512 weights[kMaxHoisted];
     const bool hoisted = KH * KW <= kMaxHoisted;
     if (hoisted)
         for (int64_t t = 0; t < KH * KW; ++t) weights[t] = _mm512_set1_ps(w[t]);
     const __m512 bias_v = _mm512_set1_ps(bias);
-    const int64_t reach = (KW - 1) * DW + 16 * kStride;  // input columns one vector's taps span
-
     for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
-        ColumnTaps<kStride> c;
-        c.base = ow0 * kStride - left;
-        c.interior = c.base >= 0 && c.base + reach <= W && ow0 + 16 <= OW;
-        if (!c.interior) {
-            for (int64_t kw = 0; kw < KW; ++kw) {
-                c.lo[kw] = lanes_inside(c.base + kw * DW, 0, W);
-                c.hi[kw] = lanes_inside(c.base + kw * DW + 16, 0, W);
-            }
-        }
+        const ColumnTaps<kStride> c = column_taps<kStride>(g, ow0);
         int64_t oh = 0;
         for (; oh + 4 <= OH; oh += 4)
             window_rows<kStride, 4>(g, x, weights, w, hoisted, bias_v, c, oh, ow0, y, e, z, vector_act);
@@ -158,29 +145,49 @@ __attribute__((target("avx512f"))) void plane(const WindowGeometry& g, const flo
     if (!vector_act) e.apply(y, static_cast<const float*>(nullptr), OH * OW);
 }
 
-// One max-pool output plane, as plane<> above with max instead of multiply-add; lanes in padding load as the lowest
-// float so that they never win.
+// A row of the lowest float standing for the padding rows of a max pool (see kZeroRow).
+const float* lowest_row() {
+    static const std::vector<float> row(static_cast<size_t>(kZeroRowWidth), std::numeric_limits<float>::lowest());
+    return row.data();
+}
+
+// Max-pool rows oh .. oh + kRows - 1 of one column vector, as window_rows with max for multiply-add; padding (rows
+// and masked lanes) reads as the lowest float, which never wins.
+template <int kStride, int kRows>
+__attribute__((target("avx512f"))) void max_rows(const WindowGeometry& g, const float* x, const float* lowest,
+                                                 const ColumnTaps<kStride>& c, int64_t oh, int64_t ow0, float* y) {
+    const int64_t H = g.input[0], W = g.input[1], OW = g.output[1], KH = g.kernel[0], KW = g.kernel[1];
+    const int64_t SH = g.strides[0], DH = g.dilations[0], DW = g.dilations[1], top = g.pads_begin[0];
+    const __m512 fill = _mm512_set1_ps(std::numeric_limits<float>::lowest());
+    __m512 acc[kRows];
+    for (int r = 0; r < kRows; ++r) acc[r] = fill;
+    for (int64_t kh = 0; kh < KH; ++kh) {
+        const float* rows[kRows];
+        for (int r = 0; r < kRows; ++r) {
+            const int64_t ih = (oh + r) * SH - top + kh * DH;
+            rows[r] = ih >= 0 && ih < H ? x + ih * W : lowest;
+        }
+        for (int64_t kw = 0; kw < KW; ++kw)
+            for (int r = 0; r < kRows; ++r) acc[r] = _mm512_max_ps(acc[r], tap_columns<kStride>(rows[r], c, kw, DW, fill));
+    }
+    const __mmask16 out_mask = lanes_inside(ow0, 0, OW);
+    for (int r = 0; r < kRows; ++r) _mm512_mask_storeu_ps(y + (oh + r) * OW + ow0, out_mask, acc[r]);
+}
+
+// One max-pool output plane, 16 columns and four rows at a time.
 template <int kStride>
 __attribute__((target("avx512f"))) void max_plane(const WindowGeometry& g, const float* x, float* y) {
-    const int64_t H = g.input[0], W = g.input[1], OH = g.output[0], OW = g.output[1];
-    const int64_t KH = g.kernel[0], KW = g.kernel[1], SH = g.strides[0], DH = g.dilations[0], DW = g.dilations[1];
-    const int64_t top = g.pads_begin[0], left = g.pads_begin[1];
-    const __m512 lowest = _mm512_set1_ps(std::numeric_limits<float>::lowest());
-    const int64_t reach = (KW - 1) * DW + 16 * kStride;
-    for (int64_t oh = 0; oh < OH; ++oh) {
-        const auto [kh_first, kh_last] = taps_inside(oh * SH - top, KH, DH, H);
-        for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
-            const int64_t base = ow0 * kStride - left;
-            const bool interior = base >= 0 && base + reach <= W;
-            __m512 acc = lowest;
-            for (int64_t kh = kh_first; kh < kh_last; ++kh) {
-                const float* row = x + (oh * SH - top + kh * DH) * W;
-                for (int64_t kw = 0; kw < KW; ++kw) {
-                    const __m512 v = window_columns<kStride>(row, base + kw * DW, W, interior, lowest);
-                    acc = _mm512_max_ps(acc, v);
-                }
-            }
-            _mm512_mask_storeu_ps(y + oh * OW + ow0, lanes_inside(ow0, 0, OW), acc);
+    const int64_t OH = g.output[0], OW = g.output[1];
+    const float* lowest = lowest_row();
+    for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
+        const ColumnTaps<kStride> c = column_taps<kStride>(g, ow0);
+        int64_t oh = 0;
+        for (; oh + 4 <= OH; oh += 4) max_rows<kStride, 4>(g, x, lowest, c, oh, ow0, y);
+        switch (OH - oh) {
+            case 3: max_rows<kStride, 3>(g, x, lowest, c, oh, ow0, y); break;
+            case 2: max_rows<kStride, 2>(g, x, lowest, c, oh, ow0, y); break;
+            case 1: max_rows<kStride, 1>(g, x, lowest, c, oh, ow0, y); break;
+            default: break;
         }
     }
 }
@@ -188,7 +195,8 @@ __attribute__((target("avx512f"))) void max_plane(const WindowGeometry& g, const
 }  // namespace
 
 bool max_pool2d_direct_supported(const WindowGeometry& g) {
-    return avx512_allowed() && g.rank() == 2 && (g.strides[1] == 1 || g.strides[1] == 2);
+    return avx512_allowed() && g.rank() == 2 && (g.strides[1] == 1 || g.strides[1] == 2) &&
+           g.kernel[1] <= kMaxTapColumns && g.input[1] + (g.kernel[1] - 1) * g.dilations[1] + 32 <= kZeroRowWidth;
 }
 
 void max_pool2d_direct(ThreadPool& pool, const WindowGeometry& g, const float* x, int64_t planes, float* y) {
