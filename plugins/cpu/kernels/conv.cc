@@ -183,6 +183,9 @@ void build_phase(const T* src, const WindowGeometry& g, int64_t a, int64_t b, in
         std::fill(row, row + inside.first, T(0));
         if (SW == 1) {
             std::copy(srow + (inside.first + column_offset), srow + (inside.last + column_offset), row + inside.first);
+        } else if (std::is_same_v<T, float> && SW == 2 && lane_gemm_supported()) {
+            gather_even_columns(reinterpret_cast<const float*>(srow + (inside.first * 2 + column_offset)),
+                                inside.last - inside.first, reinterpret_cast<float*>(row + inside.first));
         } else {
             for (int64_t j = inside.first; j < inside.last; ++j) row[j] = srow[j * SW + column_offset];
         }

@@ -232,6 +232,20 @@ void lane_matmul(ThreadPool& pool, const float* A, int64_t M, int64_t lda, const
     });
 }
 
+__attribute__((target("avx512f"))) void gather_even_columns(const float* src, int64_t count, float* dst) {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    int64_t j = 0;
+    for (; j + 16 <= count; j += 16) {
+        // The last vector's second load may read one element past src[2 * count - 2]: mask it off.
+        const int64_t left = 2 * count - 1 - (2 * j + 16);
+        const __mmask16 hi_mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << std::max<int64_t>(left, 0)) - 1);
+        const __m512 lo = _mm512_loadu_ps(src + 2 * j);
+        const __m512 hi = _mm512_maskz_loadu_ps(hi_mask, src + 2 * j + 16);
+        _mm512_storeu_ps(dst + j, _mm512_permutex2var_ps(lo, even, hi));
+    }
+    for (; j < count; ++j) dst[j] = src[2 * j];
+}
+
 bool lanes_fill(int64_t filters) {
     const int64_t width = lane_panel_width_for(filters), padded = (filters + width - 1) / width * width;
     return filters > 0 && padded * 7 <= filters * 8;

@@ -86,6 +86,10 @@ void lane_matmul(const LanePackedFilters& B, int64_t panel_begin, int64_t panel_
 void lane_matmul(ThreadPool& pool, const float* A, int64_t M, int64_t lda, const LanePackedFilters& B, float* C,
                  int64_t ldc, const float* bias = nullptr, const GemmEpilogue* epilogue = nullptr);
 
+// dst[j] = src[2 * j] for j < count: the stride-2 column gather of a convolution's phase planes, vectorized.
+// Requires lane_gemm_supported(); reads src[0 .. 2 * count - 1] only.
+void gather_even_columns(const float* src, int64_t count, float* dst);
+
 // Whether a product or convolution with `filters` output columns fills the lane panels well enough to run here: at
 // most 1/8 of the panel lanes empty (1000 classes use 1024 lanes).
 bool lanes_fill(int64_t filters);
