@@ -23,6 +23,7 @@
 #include "util/gemm.h"
 #include "util/im2col.h"
 #include "util/lane_gemm.h"
+#include "util/pointwise_conv.h"
 #include "util/thread_scratch.h"
 #include "util/type_list.h"
 #include "util/winograd.h"
@@ -271,7 +272,9 @@ public:
             if (W.rank() >= 3 && !depthwise && W.shape[0] % group_ == 0) {
                 const int64_t depth = W.size() / std::max<int64_t>(1, W.shape[0]);
                 const std::optional<WindowGeometry> declared = declared_geometry(info, W);
-                if (group_ == 1 && declared && winograd_chosen(*declared, W.shape[0])) {
+                if (group_ == 1 && declared && pointwise_chosen(*declared, W.shape[1])) {
+                    pointwise_ = PointwiseFilters(W.ptr<float>(), W.shape[0], depth);
+                } else if (group_ == 1 && declared && winograd_chosen(*declared, W.shape[0])) {
                     winograd_ = WinogradFilters(W.ptr<float>(), W.shape[0], W.shape[1]);
                 } else if (group_ == 1 && declared && lanes_pay_off(*declared, W.shape[0])) {
                     lane_filters_ = LanePackedFilters(W.ptr<float>(), W.shape[0], depth, depth);
@@ -287,7 +290,8 @@ public:
     void compute(KernelContext& ctx) const override {
         const Tensor& X = ctx.input(0);
         const Tensor packed_view{TESS_ELEMENT_FLOAT32, packed_shape_, nullptr, nullptr};
-        const bool packed = !packed_filters_.empty() || !lane_filters_.empty() || !winograd_.empty();
+        const bool packed =
+            !packed_filters_.empty() || !lane_filters_.empty() || !winograd_.empty() || !pointwise_.empty();
         const Tensor& W = packed ? packed_view : weights(ctx);
         const Tensor* B = bias(ctx);
         const int64_t M = W.rank() > 0 ? W.shape[0] : 0;
@@ -328,7 +332,16 @@ public:
                 }
                 epilogue_done = true;
             } else if constexpr (std::is_same_v<T, float>) {
-                if (!winograd_.empty()) {
+                if (!pointwise_.empty() && g.is_pointwise()) {
+                    const int64_t P = g.output_size();
+                    for (int64_t n = 0; n < N; ++n) {
+                        pointwise_conv(pool, pointwise_, x.data() + n * C * P, P, b.data(), epilogue_,
+                                       z.data() != nullptr ? z.data() + n * M * P : nullptr, y.data() + n * M * P);
+                    }
+                    epilogue_done = true;
+                } else if (!pointwise_.empty()) {
+                    throw KernelError("Conv: pointwise filters for a geometry that is not pointwise");
+                } else if (!winograd_.empty()) {
                     // Chosen at creation from the attributes, which do not change between runs.
                     if (!winograd_applies(g, M, group_)) throw KernelError("Conv: Winograd filters for another geometry");
                     const int64_t in_image = C * g.input_size(), out_image = M * g.output_size();
@@ -381,6 +394,14 @@ private:
         } catch (const KernelError&) {
             return std::nullopt;  // compute() reports the problem with the shapes it is given
         }
+    }
+
+    // 1x1 stride-1 unpadded layers straight from X (util/pointwise_conv.h).  TESSERA_CONV_POINTWISE=0 turns it off.
+    static bool pointwise_chosen(const WindowGeometry& g, int64_t channels) {
+        const char* env = std::getenv("TESSERA_CONV_POINTWISE");
+        if (env != nullptr && env[0] == '0') return false;
+        return g.rank() == 2 && g.is_pointwise() && pointwise_conv_supported() &&
+               pointwise_conv_pays_off(channels, g.output_size());
     }
 
     // Winograd for 3x3 stride-1 layers (util/winograd.h).  TESSERA_CONV_WINOGRAD=0 turns it off (measurements).
@@ -697,6 +718,7 @@ private:
     std::vector<PackedFilters> packed_filters_;  // per group, when the filters are constant
     LanePackedFilters lane_filters_;             // or for the lane kernels (one group)
     WinogradFilters winograd_;                   // or transformed for Winograd (3x3, stride 1, one group)
+    PointwiseFilters pointwise_;                 // or packed for pointwise layers (1x1, stride 1, no padding)
     Shape packed_shape_;                         // W's shape when packed_filters_ or lane_filters_ holds it
     ConvEpilogue epilogue_;                      // FusedConv's sum and activation (none for Conv)
 };
