@@ -15,6 +15,7 @@
 
 #include "util/conv_epilogue_avx512.h"
 #include "util/thread_scratch.h"
+#include "util/transpose_avx512.h"
 
 namespace tessera::cpu {
 
@@ -72,38 +73,18 @@ __attribute__((target("avx512f"))) void store_transposed(const float* results, i
     for (int64_t f0 = 0; f0 < filters; f0 += 16) {
         for (int64_t j0 = 0; j0 < count; j0 += 16) {
             const int64_t rows = std::min<int64_t>(16, count - j0);
-            __m512 r[16], t[16], u[16];
+            __m512 r[16];
             for (int i = 0; i < 16; ++i)
                 r[i] = i < rows ? _mm512_load_ps(results + (j0 + i) * kLanePanelWidth + f0) : _mm512_setzero_ps();
-            for (int i = 0; i < 16; i += 2) {
-                t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-                t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-            }
-            // u[4q + c], 128-bit lane l: rows 4q..4q+3 of column 4l + c.
-            for (int q = 0; q < 4; ++q) {
-                u[4 * q + 0] = _mm512_shuffle_ps(t[4 * q], t[4 * q + 2], 0x44);
-                u[4 * q + 1] = _mm512_shuffle_ps(t[4 * q], t[4 * q + 2], 0xEE);
-                u[4 * q + 2] = _mm512_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0x44);
-                u[4 * q + 3] = _mm512_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0xEE);
-            }
+            transpose16x16(r);
             const __mmask16 mask = rows >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows) - 1);
             const int64_t columns = std::min<int64_t>(16, filters - f0);
-            for (int c = 0; c < 4; ++c) {
-                const __m512 v = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
-                const __m512 w = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
-                const __m512 v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-                const __m512 w2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
-                const __m512 out[4] = {_mm512_shuffle_f32x4(v, v2, 0x88), _mm512_shuffle_f32x4(w, w2, 0x88),
-                                       _mm512_shuffle_f32x4(v, v2, 0xDD), _mm512_shuffle_f32x4(w, w2, 0xDD)};
-                for (int h = 0; h < 4; ++h) {  // column c + 4h
-                    const int64_t m = c + 4 * h;
-                    if (m >= columns) continue;
-                    const int64_t at = (f0 + m) * ldy + j0;
-                    __m512 v_out = out[h];
-                    if (z != nullptr) v_out = _mm512_add_ps(v_out, _mm512_maskz_loadu_ps(mask, z + at));
-                    if (vector_act) v_out = activate(v_out, *epilogue);
-                    _mm512_mask_storeu_ps(y + at, mask, v_out);
-                }
+            for (int m = 0; m < columns; ++m) {
+                const int64_t at = (f0 + m) * ldy + j0;
+                __m512 v_out = r[m];
+                if (z != nullptr) v_out = _mm512_add_ps(v_out, _mm512_maskz_loadu_ps(mask, z + at));
+                if (vector_act) v_out = activate(v_out, *epilogue);
+                _mm512_mask_storeu_ps(y + at, mask, v_out);
             }
         }
     }
