@@ -428,6 +428,7 @@ struct GemmOpCase {
     float alpha, beta;
     std::optional<Shape> c_shape;  // nullopt: no C
     int64_t opset = 13;
+    bool constant_b = false;  // B an initializer: packed once (lane panels or packed columns)
 };
 
 void run_gemm_case(const GemmOpCase& c, uint32_t seed) {
@@ -436,8 +437,11 @@ void run_gemm_case(const GemmOpCase& c, uint32_t seed) {
     const auto A = random_values<float>(shape_size(a_shape), seed);
     const auto B = random_values<float>(shape_size(b_shape), seed + 1);
     NodeBuilder node("Gemm", c.opset);
-    node.input(TESS_ELEMENT_FLOAT32).input(TESS_ELEMENT_FLOAT32);
-    std::vector<ValueHandle> inputs{tensor<float>(a_shape, A), tensor<float>(b_shape, B)};
+    ValueHandle b_value = tensor<float>(b_shape, B);
+    node.input(TESS_ELEMENT_FLOAT32);
+    if (c.constant_b) node.constant_input(b_value);
+    else node.input(TESS_ELEMENT_FLOAT32);
+    std::vector<ValueHandle> inputs{tensor<float>(a_shape, A), c.constant_b ? nullptr : b_value};
     std::vector<float> Cv;
     if (c.c_shape) {
         Cv = random_values<float>(shape_size(*c.c_shape), seed + 2);
@@ -477,6 +481,18 @@ TEST(GemmOp, AttributesAndBiasShapes) {
     // Big enough to split across the pool, with a row bias.
     run_gemm_case({false, true, 1, 4096, 1024, 1.0f, 1.0f, Shape{4096}}, 7);
     run_gemm_case({false, true, 300, 500, 64, 1.0f, 1.0f, Shape{500}}, 8);
+}
+
+TEST(GemmOp, ConstantWeights) {
+    // Lane panels (64 and 1000 columns, transB either way, alpha folded into the packed B), packed columns (9
+    // columns, or transA).
+    uint32_t seed = 700;
+    for (const int64_t N : {64, 1000, 9}) {
+        for (int t = 0; t < 4; ++t) {
+            run_gemm_case({bool(t & 1), bool(t & 2), 3, N, 37, 0.5f, 2.0f, Shape{N}, 13, true}, seed++);
+            run_gemm_case({bool(t & 1), bool(t & 2), 1, N, 70, 1.0f, 1.0f, std::nullopt, 13, true}, seed++);
+        }
+    }
 }
 
 TEST(GemmOp, RejectsMismatchedShapes) {

@@ -69,7 +69,20 @@ public:
         const std::optional<Tensor> B = info.constant_tensor(1);
         if (B && B->type == TESS_ELEMENT_FLOAT32 && B->rank() == 2 && packed_gemm_supported()) {
             const int64_t K = trans_b_ ? B->shape[1] : B->shape[0], N = trans_b_ ? B->shape[0] : B->shape[1];
-            packed_b_ = PackedColumns(B->ptr<float>(), trans_b_, K, N, B->shape[1]);
+            if (!trans_a_ && lane_gemm_supported() && lanes_fill(N)) {
+                // alpha * op(B) on the lane kernels (a classifier's [1, K] x [K, 1000] streams B once).
+                std::vector<float> scaled;
+                const float* b = B->ptr<float>();
+                if (alpha_ != 1.0f) {
+                    scaled.assign(b, b + B->size());
+                    for (float& v : scaled) v *= alpha_;
+                    b = scaled.data();
+                }
+                lane_b_ = trans_b_ ? LanePackedFilters(b, N, K, B->shape[1])
+                                   : LanePackedFilters::from_depth_major(b, N, K, B->shape[1]);
+            } else {
+                packed_b_ = PackedColumns(B->ptr<float>(), trans_b_, K, N, B->shape[1]);
+            }
             packed_shape_ = B->shape;
             info.release_constant(1);
         }
@@ -78,7 +91,7 @@ public:
     void compute(KernelContext& ctx) const override {
         const Tensor& A = ctx.input(0);
         const Tensor packed_view{TESS_ELEMENT_FLOAT32, packed_shape_, nullptr, nullptr};
-        const bool packed = !packed_b_.empty();
+        const bool packed = !packed_b_.empty() || !lane_b_.empty();
         const Tensor& B = packed ? packed_view : b_.tensor(ctx);
         const Tensor* C = c_.present(ctx) ? &c_.tensor(ctx) : nullptr;
         check_same_type("Gemm", A.type, packed ? TESS_ELEMENT_FLOAT32 : b_.model_type(ctx), "B");
@@ -124,6 +137,12 @@ public:
                 };
             }
             if constexpr (std::is_same_v<T, float>) {
+                if (!lane_b_.empty()) {
+                    lane_matmul(pool, a.data(), M, A.shape[1], lane_b_, y, N);
+                    if (add_c) add_c(0, M, 0, N);
+                    result.finish(pool);
+                    return;
+                }
                 if (packed) {
                     gemm_prepacked(pool, trans_a_, M, K, alpha_, a.data(), A.shape[1], packed_b_, 0.0f, y, N);
                     if (add_c) add_c(0, M, 0, N);
@@ -164,7 +183,8 @@ private:
     InputWithWidenedConstant b_;
     InputWithWidenedConstant c_;
     PackedColumns packed_b_;  // op(B) packed, when B is a constant float matrix
-    Shape packed_shape_;      // B's shape then
+    LanePackedFilters lane_b_;  // or alpha * op(B) for the lane kernels, when transA is 0 and its columns fill them
+    Shape packed_shape_;        // B's shape then
 };
 
 // ---- The FusedMatMulBias tail ----------------------------------------------------------------------------------
