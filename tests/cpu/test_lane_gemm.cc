@@ -32,12 +32,14 @@ TEST(LaneGemm, PanelWidthFollowsTheFilterCount) {
     EXPECT_EQ(lane_panel_width_for(32), 32);
     EXPECT_EQ(lane_panel_width_for(96), 32);
     EXPECT_EQ(lane_panel_width_for(120), 32);
+    EXPECT_EQ(lane_panel_width_for(160), 32);
+    EXPECT_EQ(lane_panel_width_for(200), 64);
 }
 
 TEST(LaneGemm, MatchesPlainProductOverShapes) {
     if (!lane_gemm_supported()) GTEST_SKIP() << "the lane kernels need AVX-512F (or TESSERA_CPU_MAX_ISA caps them)";
     std::mt19937 rng(42);
-    const int64_t filter_counts[] = {16, 32, 64, 96, 120, 128, 192, 1000};
+    const int64_t filter_counts[] = {16, 32, 64, 96, 120, 128, 160, 192, 1000};
     const int64_t position_counts[] = {1, 5, 7, 13, 14, 15, 56, 57, 130};
     const int64_t depths[] = {1, 3, 70};
     for (const int64_t rows : filter_counts) {

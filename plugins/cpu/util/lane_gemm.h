@@ -22,9 +22,11 @@ namespace tessera::cpu {
 // and small (DenseNet's 32-filter layers), so that no panel is half empty.
 constexpr int64_t kLanePanelWidth = 64;
 
-// The panel width for `rows` filters: 64, or 32 for up to 128 filters that are not a multiple of 64.
+// The panel width for `rows` filters: 64; 32 for multiples of 32 that are not multiples of 64 (96, 160) and for
+// up to 128 filters, so that panels are full or nearly.
 constexpr int64_t lane_panel_width_for(int64_t rows) {
-    return rows % kLanePanelWidth == 0 || rows > 2 * kLanePanelWidth ? kLanePanelWidth : kLanePanelWidth / 2;
+    if (rows % kLanePanelWidth == 0) return kLanePanelWidth;
+    return rows % (kLanePanelWidth / 2) == 0 || rows <= 2 * kLanePanelWidth ? kLanePanelWidth / 2 : kLanePanelWidth;
 }
 
 // Whether this CPU runs the lane kernels (AVX-512F; TESSERA_CPU_MAX_ISA=avx2|none disables them, for testing).
