@@ -40,6 +40,9 @@ public:
     LanePackedFilters(const float* A, int64_t rows, int64_t depth, int64_t lda);
     // The same filters given depth-major: filter m's step k at B[k * ldb + m] (a MatMul's B [K, N], N filters).
     static LanePackedFilters from_depth_major(const float* B, int64_t rows, int64_t depth, int64_t ldb);
+    // Zeros, for a caller that writes the panels itself (filter m's step k at panel(m / w)[k * w + m % w]).
+    static LanePackedFilters zeros(int64_t rows, int64_t depth) { return LanePackedFilters(nullptr, rows, depth, 0); }
+    float* mutable_panel(int64_t p) { return data_.get() + p * depth_ * width_; }
 
     bool empty() const { return data_ == nullptr; }
     int64_t rows() const { return rows_; }

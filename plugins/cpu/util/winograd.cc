@@ -149,24 +149,28 @@ bool winograd_pays_off(const WindowGeometry& g, int64_t filters) {
 
 WinogradFilters::WinogradFilters(const float* w, int64_t filters, int64_t channels)
     : filters_(filters), channels_(channels) {
-    // U = G g G^T with G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], computed in double.
+    // U = G g G^T with G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], computed in double and written straight into
+    // the 16 points' panels (each written in order: filters of a panel innermost).
     static constexpr double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
-    std::vector<float> u(static_cast<size_t>(16 * filters * channels));
-    const int64_t matrix = filters * channels;
-    for (int64_t k = 0; k < filters; ++k) {
+    for (auto& point : points_) point = LanePackedFilters::zeros(filters, channels);
+    const int64_t width = points_[0].panel_width();
+    for (int64_t p = 0; p < points_[0].panels(); ++p) {
+        float* panels[16];
+        for (int i = 0; i < 16; ++i) panels[i] = points_[static_cast<size_t>(i)].mutable_panel(p);
         for (int64_t c = 0; c < channels; ++c) {
-            const float* g = w + (k * channels + c) * 9;
-            double gg[4][3];
-            for (int i = 0; i < 4; ++i)
-                for (int j = 0; j < 3; ++j) gg[i][j] = G[i][0] * g[j] + G[i][1] * g[3 + j] + G[i][2] * g[6 + j];
-            for (int i = 0; i < 4; ++i)
-                for (int j = 0; j < 4; ++j)
-                    u[static_cast<size_t>((i * 4 + j) * matrix + k * channels + c)] =
-                        static_cast<float>(gg[i][0] * G[j][0] + gg[i][1] * G[j][1] + gg[i][2] * G[j][2]);
+            for (int64_t k = p * width; k < std::min(filters, (p + 1) * width); ++k) {
+                const float* g = w + (k * channels + c) * 9;
+                double gg[4][3];
+                for (int i = 0; i < 4; ++i)
+                    for (int j = 0; j < 3; ++j) gg[i][j] = G[i][0] * g[j] + G[i][1] * g[3 + j] + G[i][2] * g[6 + j];
+                const int64_t at = c * width + k % width;
+                for (int i = 0; i < 4; ++i)
+                    for (int j = 0; j < 4; ++j)
+                        panels[i * 4 + j][at] =
+                            static_cast<float>(gg[i][0] * G[j][0] + gg[i][1] * G[j][1] + gg[i][2] * G[j][2]);
+            }
         }
     }
-    for (int p = 0; p < 16; ++p)
-        points_[static_cast<size_t>(p)] = LanePackedFilters(u.data() + p * matrix, filters, channels, channels);
 }
 
 void winograd_conv2d(ThreadPool& pool, const WindowGeometry& g, const float* x, const WinogradFilters& filters,
