@@ -441,8 +441,10 @@ private:
                     const int64_t p = t / row_blocks;
                     const int64_t oh0 = (t % row_blocks) * rows_per_block, oh1 = std::min(OH, oh0 + rows_per_block);
                     const int64_t at = (n * M + p * width) * out_size;
-                    for (int64_t oh = oh0; oh < oh1; ++oh) {
-                        lane_gemm_positions(lane_filters_, p, image + oh * plan.Wq, offsets.data(), OW, bias,
+                    // Without grid columns to crop, the rows' positions follow each other: one run for all of them.
+                    const int64_t run = plan.Wq == OW ? (oh1 - oh0) * OW : OW;
+                    for (int64_t oh = oh0; oh < oh1; oh += run / OW) {
+                        lane_gemm_positions(lane_filters_, p, image + oh * plan.Wq, offsets.data(), run, bias,
                                             y + at + oh * OW, out_size, &epilogue_,
                                             z != nullptr ? z + at + oh * OW : nullptr);
                     }
