@@ -168,11 +168,15 @@ def test_dtypes_round_trip(dtype):
 
 
 def test_the_version_is_written_once():
-    # CMake's project() version feeds tessera/version.h, tess_version() and tessera.__version__; pyproject.toml
-    # cannot read it, so this keeps it in step.
+    # CMake's project() version feeds tessera/version.h, tess_version() and tessera.__version__, and the package's
+    # metadata reads it from there (pyproject.toml states none of its own).
     import pathlib
     import re
     root = pathlib.Path(__file__).resolve().parents[3]
     cmake = re.search(r"project\(Tessera VERSION (\S+)", (root / "CMakeLists.txt").read_text()).group(1)
-    pyproject = re.search(r'^version = "([^"]+)"', (root / "bindings/python/pyproject.toml").read_text(), re.M).group(1)
-    assert tessera.__version__ == tessera.library_version() == cmake == pyproject
+    pyproject = (root / "bindings/python/pyproject.toml").read_text()
+    assert re.search(r'^version\s*=', pyproject, re.M) is None
+    assert 'dynamic = ["version"]' in pyproject and 'input = "../../CMakeLists.txt"' in pyproject
+    pattern = re.search(r"^regex = '(.*)'$", pyproject, re.M).group(1)
+    assert re.search(pattern, (root / "CMakeLists.txt").read_text()).group("value") == cmake
+    assert tessera.__version__ == tessera.library_version() == cmake
