@@ -1,7 +1,11 @@
 // `tessera plugins`: the plugin discovery report, as text or JSON.  Skipped plugins are part of the report, not a
 // failure: the exit status is 0 whenever the report could be produced.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cli.h"
 
@@ -12,7 +16,8 @@ constexpr const char* kPluginsHelp =
     "Usage: tessera plugins [options]\n"
     "\n"
     "Lists every plugin file discovery found (path, name, version, state: loaded, unavailable or skipped, the\n"
-    "reason when it is not loaded, the providers it contributes) and the usable providers in priority order.\n"
+    "reason when it is not loaded, the providers and custom operators it contributes) and the usable providers\n"
+    "in priority order.\n"
     "\n"
     "Every plugin is first loaded and unloaded in a child process (tessera-plugin-scanner); one that crashes,\n"
     "aborts, exits or hangs there is skipped, with what happened as the reason.  Verdicts are cached per file in\n"
@@ -33,10 +38,10 @@ void print_json(const std::vector<PluginInfo>& plugins, const std::vector<std::s
     for (size_t i = 0; i < plugins.size(); ++i) {
         const PluginInfo& p = plugins[i];
         std::printf("%s\n    {\"path\": %s, \"name\": %s, \"version\": %s, \"state\": \"%s\", \"reason\": %s, "
-                    "\"abi_version\": %u, \"providers\": %s}",
+                    "\"abi_version\": %u, \"providers\": %s, \"custom_ops\": %s}",
                     i ? "," : "", json_string(p.path).c_str(), json_string(p.name).c_str(),
                     json_string(p.version).c_str(), p.state_name(), json_string(p.reason).c_str(), p.abi_version,
-                    json_list(p.providers).c_str());
+                    json_list(p.providers).c_str(), json_list(p.custom_ops).c_str());
     }
     std::printf("%s],\n  \"providers\": %s\n}\n", plugins.empty() ? "" : "\n  ", json_list(providers).c_str());
 }
@@ -51,6 +56,21 @@ void print_text(const std::vector<PluginInfo>& plugins, const std::vector<std::s
         std::printf("              path: %s\n", p.path.c_str());
         if (!p.providers.empty())
             std::printf("              providers: %s (ABI %u)\n", joined(p.providers).c_str(), p.abi_version);
+        if (!p.custom_ops.empty()) {
+            // Grouped by domain: "com.microsoft (12): QuickGelu, ...".
+            std::vector<std::pair<std::string, std::vector<std::string>>> domains;
+            for (const std::string& op : p.custom_ops) {
+                const size_t colon = op.rfind(':');
+                const std::string domain = colon == std::string::npos ? "" : op.substr(0, colon);
+                const std::string name = colon == std::string::npos ? op : op.substr(colon + 1);
+                auto it = std::find_if(domains.begin(), domains.end(), [&](const auto& d) { return d.first == domain; });
+                if (it == domains.end()) it = domains.insert(domains.end(), {domain, {}});
+                it->second.push_back(name);
+            }
+            for (const auto& [domain, names] : domains)
+                std::printf("              operators: %s (%zu): %s\n", domain.empty() ? "(default domain)" : domain.c_str(),
+                            names.size(), joined(names).c_str());
+        }
         if (!p.reason.empty()) std::printf("              reason: %s\n", p.reason.c_str());
     }
     std::printf("providers (priority order): %s\n", providers.empty() ? "(none)" : joined(providers).c_str());

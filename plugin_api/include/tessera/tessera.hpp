@@ -310,6 +310,7 @@ struct PluginInfo {
     std::string reason;   // "" for loaded plugins
     uint32_t abi_version = 0;
     std::vector<std::string> providers;
+    std::vector<std::string> custom_ops;  // "domain:name" of the custom operators it contributed
 
     const char* state_name() const noexcept {
         switch (state) {
@@ -371,6 +372,7 @@ public:
             info.reason = c.reason != nullptr ? c.reason : "";
             info.abi_version = c.abi_version;
             info.providers = detail::split_commas(c.providers);
+            info.custom_ops = detail::split_commas(c.custom_ops);
             out.push_back(std::move(info));
         }
         return out;
