@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 
 #include "tessera/tessera.h"
 
@@ -37,6 +38,9 @@ int main(int argc, char** argv) {
     }
     // A scanner whose host died (Ctrl-C, a crash) must not live on, hung in a plugin, as an orphan.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // How the plugin ends this process is the verdict, so a crash must end it by its signal: handlers installed
+    // before main (a sanitizer runtime's, which reports and exits with status 1) would turn "crashed" into "exited".
+    for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) std::signal(sig, SIG_DFL);
 
     TessEnvOptions options{};
     options.struct_size = sizeof options;
