@@ -204,3 +204,42 @@ TEST(FuzzRegressions, GradientExpansionAvoidsTheModelsNames) {
     EXPECT_EQ(floats_of(negated.get()), (std::vector<float>{-4.0f, -7.0f}));
     EXPECT_EQ(floats_of(grad.get()), (std::vector<float>{1.0f, 1.0f}));
 }
+
+// fuzz_model, ASan: heap-buffer-overflow (memcpy) in the CPU provider's ScatterND for updates of another element type
+// than data (bool updates, float data): both were walked at data's element size.  Such updates are an error now.
+TEST(FuzzRegressions, ScatterUpdatesOfAnotherTypeAreAnError) {
+    for (const char* op : {"ScatterND", "ScatterElements"}) {
+        const bool nd = std::string(op) == "ScatterND";
+        ModelBuilder b(13, 8);
+        b.input("data", {4, 4, 4}).input("indices", nd ? std::vector<int64_t>{2, 1} : std::vector<int64_t>{1, 4, 4},
+                                             onnx::TensorProto::INT64);
+        b.input("updates", nd ? std::vector<int64_t>{2, 4, 4} : std::vector<int64_t>{1, 4, 4}, onnx::TensorProto::BOOL);
+        b.output("y", {4, 4, 4});
+        b.node(op, {"data", "indices", "updates"}, {"y"});
+        EnvPtr env = make_env(plugin_dir().string());
+        const std::string bytes = b.bytes();
+        TessSession* raw = nullptr;
+        StatusPtr created(tess_session_create_from_bytes(env.get(), bytes.data(), bytes.size(), nullptr, nullptr, &raw));
+        SessionPtr session(raw);
+        if (created) continue;  // refusing the model outright is as good
+        ValuePtr data = make_float_tensor({4, 4, 4}, std::vector<float>(64, 1.0f));
+        const std::vector<int64_t> index_dims = nd ? std::vector<int64_t>{2, 1} : std::vector<int64_t>{1, 4, 4};
+        const std::vector<int64_t> update_dims = nd ? std::vector<int64_t>{2, 4, 4} : std::vector<int64_t>{1, 4, 4};
+        TessValue* indices = nullptr;
+        TESS_ASSERT_OK(tess_value_create_tensor(TESS_ELEMENT_INT64, index_dims.data(), index_dims.size(), &indices));
+        ValuePtr indices_owner(indices);
+        int64_t* index_data = static_cast<int64_t*>(tess_tensor_data(indices));
+        for (size_t i = 0; i < tess_tensor_element_count(indices); ++i) index_data[i] = int64_t(i % 2);
+        TessValue* updates = nullptr;
+        TESS_ASSERT_OK(tess_value_create_tensor(TESS_ELEMENT_BOOL, update_dims.data(), update_dims.size(), &updates));
+        ValuePtr updates_owner(updates);
+        const char* names[] = {"data", "indices", "updates"};
+        const TessValue* inputs[] = {data.get(), indices, updates};
+        TessValue* out = nullptr;
+        StatusPtr status(tess_session_run(session.get(), names, inputs, 3, nullptr, 1, &out));
+        ValuePtr result(out);
+        ASSERT_NE(status, nullptr) << op;
+        EXPECT_NE(std::string(tess_status_message(status.get())).find("updates are bool but data is float"), std::string::npos)
+            << tess_status_message(status.get());
+    }
+}

@@ -465,6 +465,15 @@ Reduction parse_reduction(const NodeInfo& info) {
 
 // Applies updates to `output` (already a copy of data): element update u goes to element destination(u), slice by
 // slice of `slice` elements.  Runs serially: repeated indices must combine in order.
+
+// Both are read element by element at data's size: the registry lists the same types for both, but a model may
+// bind two different ones.
+void check_updates_type(const char* op, const Tensor& data, const Tensor& updates) {
+    if (updates.type != data.type)
+        throw KernelError(std::string(op) + ": updates are " + element_type_name(updates.type) + " but data is " +
+                          element_type_name(data.type));
+}
+
 template <typename Destination> void scatter_into(KernelContext& ctx, const Tensor& data, const Tensor& updates,
                                                   Tensor& output, Reduction reduction, int64_t slice, int64_t slices,
                                                   Destination destination) {
@@ -516,6 +525,7 @@ public:
         const Tensor& indices_tensor = ctx.input(1);
         const Tensor& updates = ctx.input(2);
         const size_t rank = data.rank();
+        check_updates_type("ScatterElements", data, updates);
         if (indices_tensor.shape != updates.shape || indices_tensor.rank() != rank)
             throw KernelError("ScatterElements: indices and updates must have one shape of data's rank");
         const size_t axis = normalize_axis("ScatterElements", axis_, rank);
@@ -552,6 +562,7 @@ public:
         const Tensor& data = ctx.input(0);
         const Tensor& indices = ctx.input(1);
         const Tensor& updates = ctx.input(2);
+        check_updates_type("ScatterND", data, updates);
         const IndexedSlices slices = resolve_index_tuples(data.shape, indices, 0, "ScatterND");
         Shape expected = slices.tuple_shape;
         expected.insert(expected.end(), data.shape.begin() + indices.shape.back(), data.shape.end());

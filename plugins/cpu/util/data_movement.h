@@ -314,6 +314,11 @@ template <typename Move> void move_elements(const TessHostApi& host, std::span<c
                                             std::span<Tensor* const> outputs, Move&& move,
                                             const Tensor* fill = nullptr) {
     const int32_t type = inputs.empty() ? outputs.front()->type : inputs.front()->type;
+    // Every buffer is walked at one element size: a tensor of another type would be read or written past its end.
+    auto same_type = [type](const Tensor* t) { return t == nullptr || t->type == type; };
+    if (!std::all_of(inputs.begin(), inputs.end(), same_type) || !std::all_of(outputs.begin(), outputs.end(), same_type) ||
+        !same_type(fill))
+        throw KernelError("tensors of different element types where one type is required");
     MoveBuffers buffers;
     if (const size_t es = element_size(type)) {
         static const std::byte zeros[16] = {};
