@@ -422,9 +422,8 @@ private:
         const std::vector<int64_t> offsets = tap_offsets(plan, g, C, channel_stride);
         float* phase_buffer = plan.in_place ? nullptr : call_buffer<float, 0>(C * channel_stride + plan.reach);
         const int64_t panels = lane_filters_.panels(), width = lane_filters_.panel_width();
-        // About 8 tasks per thread, so that the last ones even out (9 whole panels on 2 threads would leave one
-        // thread idle for a ninth of the layer); with 1 thread, whole panels.
-        const int64_t wanted = pool.size() > 1 ? (8 * pool.size() + panels - 1) / panels : 1;
+        // Enough tasks to keep every thread busy; whole panels when there are plenty.
+        const int64_t wanted = (4 * pool.size() + panels - 1) / panels;
         const int64_t rows_per_block = (OH + std::min(wanted, OH) - 1) / std::min(wanted, OH);
         const int64_t row_blocks = (OH + rows_per_block - 1) / rows_per_block;
         for (int64_t n = 0; n < N; ++n) {

@@ -104,10 +104,8 @@ void pointwise_conv(ThreadPool& pool, const PointwiseFilters& w, const float* x,
     const int64_t panels = (P + kPanel - 1) / kPanel, blocks = (K + PointwiseFilters::kBlock - 1) / PointwiseFilters::kBlock;
     const ConvEpilogue* e = epilogue.active() ? &epilogue : nullptr;
     const bool vector_act = e != nullptr && vector_activation(*e);
-    // Tasks are (position panel, group of filter blocks): about 8 per thread so that they even out (filter groups
-    // split only when panels are too few); with 1 thread, whole panels.
-    const int64_t groups =
-        pool.size() > 1 ? std::min(blocks, std::max<int64_t>(1, (8 * pool.size() + panels - 1) / panels)) : 1;
+    // Tasks are (position panel, group of filter blocks); filter groups split only when panels are too few.
+    const int64_t groups = std::min(blocks, std::max<int64_t>(1, (4 * pool.size() + panels - 1) / panels));
     const int64_t blocks_per_group = (blocks + groups - 1) / groups;
     pool.parallel_for(panels * groups, 1, [&](int64_t first, int64_t last) {
         for (int64_t t = first; t < last; ++t) {

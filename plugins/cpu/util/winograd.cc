@@ -210,9 +210,8 @@ void winograd_conv2d(ThreadPool& pool, const WindowGeometry& g, const float* x, 
                                 b.tiles, nullptr, buf.m + point * K * stride + p * width * stride, stride);
         }
     };
-    if (pool.size() == 1 || blocks >= 4 * pool.size()) {
-        // Enough blocks to even out (or one thread): each thread takes whole blocks, in its own buffers, with no
-        // synchronization inside.
+    if (blocks >= pool.size()) {
+        // Enough blocks: each thread takes whole blocks, in its own buffers, with no synchronization inside.
         pool.parallel_for(blocks, 1, [&](int64_t first, int64_t last) {
             const Buffers buf = buffers();
             for (int64_t index = first; index < last; ++index) {
@@ -224,8 +223,7 @@ void winograd_conv2d(ThreadPool& pool, const WindowGeometry& g, const float* x, 
         });
         return;
     }
-    // Few blocks (2 blocks of 4 and 3 tile rows would keep 2 threads 57:43 busy): every stage of a block split
-    // across the pool, in the calling thread's buffers.
+    // Fewer blocks than threads: every stage of a block split across the pool, in the calling thread's buffers.
     const Buffers buf = buffers();
     for (int64_t index = 0; index < blocks; ++index) {
         const Block b = block_at(index);
