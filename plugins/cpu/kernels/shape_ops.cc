@@ -66,7 +66,10 @@ Shape reshape_target(const Shape& input, const std::vector<int64_t>& requested, 
             output[i] = d;
             has_zero = has_zero || d == 0;
         }
-        known *= output[i];
+        // A requested shape whose product overflows can never match the input (fuzz_model found 15 x INT64_MAX).
+        if (__builtin_mul_overflow(known, output[i], &known))
+            throw KernelError("Reshape: the requested shape " + shape_string(requested) +
+                              " has more elements than 64 bits count");
     }
     const int64_t total = shape_size(input);
     if (inferred) {
