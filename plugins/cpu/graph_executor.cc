@@ -170,6 +170,8 @@ public:
     }
 
     Tensor& output(size_t i, int32_t type, const Shape& shape) override {
+        // Output shapes come from the model's data: a shape whose size wraps would get a small buffer.
+        const size_t bytes = checked_byte_size(type, shape, "output " + std::to_string(i));
         int id = output_id(i);
         Tensor& t = ws_.tensors[id];
         t = Tensor{type, shape, nullptr, nullptr};
@@ -190,7 +192,6 @@ public:
             ws_.values[id] = v;
             return t;
         }
-        size_t bytes = element_bytes(type, static_cast<size_t>(shape_size(shape)));
         if (i == 0 && step_.memory == KernelMemory::InPlaceInput0 && can_reuse_input0(bytes)) {
             int source = step_.inputs[0];
             int root = ws_.root[source];

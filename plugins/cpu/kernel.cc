@@ -1,6 +1,7 @@
 #include "kernel.h"
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "host.h"
@@ -11,6 +12,20 @@ int64_t shape_size(const Shape& shape) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     return n;
+}
+
+size_t checked_byte_size(int32_t type, const Shape& shape, std::string_view what) {
+    if (std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d < 0; }))
+        throw KernelError(std::string(what) + ": negative dimension in the shape " + shape_string(shape));
+    if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
+    uint64_t count = 1;
+    bool overflow = false;
+    for (int64_t d : shape) overflow = overflow || __builtin_mul_overflow(count, static_cast<uint64_t>(d), &count);
+    // Up to 16 bytes an element (complex128): the byte count must fit too.
+    if (overflow || count > (std::numeric_limits<uint64_t>::max() >> 5))
+        throw KernelError(std::string(what) + ": a tensor of shape " + shape_string(shape) +
+                          " has more elements than memory can hold");
+    return element_bytes(type, static_cast<size_t>(count));
 }
 
 std::string shape_string(const Shape& shape) {

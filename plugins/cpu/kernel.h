@@ -24,6 +24,9 @@ namespace tessera::cpu {
 using Shape = std::vector<int64_t>;
 
 int64_t shape_size(const Shape& shape);
+// The byte size of a tensor of `type` and `shape`; throws KernelError (naming `what`) for a negative dimension or a
+// size that 64 bits cannot count, which shape_size would wrap (output shapes come from the model's data).
+size_t checked_byte_size(int32_t type, const Shape& shape, std::string_view what);
 std::string shape_string(const Shape& shape);
 
 // Thrown by kernels and NodeInfo for a model the kernel cannot accept (bad attribute, shape mismatch).  The
