@@ -35,14 +35,9 @@ public:
 private:
     static std::vector<fusion::Candidate> find_chains(const Graph& graph) {
         std::vector<fusion::Candidate> chains;
-        auto readers = fusion::consumers(graph);
-        std::vector<bool> taken(graph.nodes.size(), false);
-        auto single_reader = [&](const std::string& value, size_t& reader) {
-            auto it = readers.find(value);
-            if (it == readers.end() || it->second.size() != 1) return false;
-            reader = it->second[0];
-            return fusion::only_feeds(graph, readers, value, reader) && !taken[reader];
-        };
+        fusion::ChainWalk walk(graph);
+        auto single_reader = [&](const std::string& value, size_t& reader) { return walk.single_reader(value, reader); };
+        std::vector<bool>& taken = walk.taken;
         for (size_t c = 0; c < graph.nodes.size(); ++c) {
             const Node& conv = graph.nodes[c];
             if (!conv.domain.empty() || conv.op_type != "Conv" || conv.outputs.size() != 1 || taken[c]) continue;

@@ -40,14 +40,9 @@ public:
 private:
     static std::vector<fusion::Candidate> find(const Graph& graph) {
         std::vector<fusion::Candidate> found;
-        auto readers = fusion::consumers(graph);
-        std::vector<bool> taken(graph.nodes.size(), false);
-        auto single_reader = [&](const std::string& value, size_t& reader) {
-            auto it = readers.find(value);
-            if (it == readers.end() || it->second.size() != 1) return false;
-            reader = it->second[0];
-            return fusion::only_feeds(graph, readers, value, reader) && !taken[reader];
-        };
+        fusion::ChainWalk walk(graph);
+        auto single_reader = [&](const std::string& value, size_t& reader) { return walk.single_reader(value, reader); };
+        std::vector<bool>& taken = walk.taken;
         for (size_t m = 0; m < graph.nodes.size(); ++m) {
             const Node& matmul = graph.nodes[m];
             if (!matmul.domain.empty() || matmul.op_type != "MatMul" || matmul.inputs.size() != 2 ||

@@ -36,6 +36,23 @@ bool only_feeds(const Graph& graph, const std::unordered_map<std::string, std::v
 // The static shape of a value when every dimension is known.
 std::optional<std::vector<int64_t>> static_shape(const Graph& graph, const std::string& value);
 
+// What a fusion that follows chains of single readers tracks while it walks the graph: who reads each value, and
+// the nodes a chain already took.
+struct ChainWalk {
+    explicit ChainWalk(const Graph& g) : graph(g), readers(consumers(g)), taken(g.nodes.size(), false) {}
+    // The only reader of `value`, when that reader can absorb the value (only_feeds) and no chain took it yet.
+    bool single_reader(const std::string& value, size_t& reader) const {
+        auto it = readers.find(value);
+        if (it == readers.end() || it->second.size() != 1) return false;
+        reader = it->second[0];
+        return only_feeds(graph, readers, value, reader) && !taken[reader];
+    }
+
+    const Graph& graph;
+    std::unordered_map<std::string, std::vector<size_t>> readers;
+    std::vector<bool> taken;
+};
+
 // A fusion found in the graph: the nodes it replaces (the last one produces the fused node's output, and its
 // position receives the fused node) and the fused node.
 struct Candidate {
