@@ -284,3 +284,31 @@ TEST(FuzzRegressions, OutputShapesTooLargeToCountAreAnError) {
         EXPECT_NE(error.find("more elements than memory can hold"), std::string::npos) << error;
     }
 }
+
+// fuzz_model, UBSan: "null pointer passed as argument 1" (memcpy) in the CPU provider's Scan, copying the empty
+// slices of a scan input with a zero-length dimension into an empty buffer.  Empty slices copy nothing now.
+TEST(FuzzRegressions, ScanOverEmptySlicesCopiesNothing) {
+    ModelBuilder b(13, 8);
+    b.input("x", {3, 0}).output("y", {3, 0});
+    onnx::NodeProto& scan = *b.graph->add_node();
+    scan.set_op_type("Scan");
+    scan.add_input("x");
+    scan.add_output("y");
+    add_attribute(scan, "num_scan_inputs", onnx::AttributeProto::INT).set_i(1);
+    onnx::GraphProto& body = *add_attribute(scan, "body", onnx::AttributeProto::GRAPH).mutable_g();
+    body.set_name("body");
+    for (const char* name : {"slice", "copy"}) {
+        onnx::ValueInfoProto& v = std::string(name) == "slice" ? *body.add_input() : *body.add_output();
+        v.set_name(name);
+        auto* t = v.mutable_type()->mutable_tensor_type();
+        t->set_elem_type(onnx::TensorProto::FLOAT);
+        t->mutable_shape()->add_dim()->set_dim_value(0);
+    }
+    onnx::NodeProto& identity = *body.add_node();
+    identity.set_op_type("Identity");
+    identity.add_input("slice");
+    identity.add_output("copy");
+    ValuePtr x = make_float_tensor({3, 0}, {});
+    const std::string error = run_error(b, {"x"}, {x.get()});
+    EXPECT_TRUE(error.empty() || error == "(no error)") << error;
+}

@@ -141,6 +141,7 @@ void take_slice(const Tensor& t, int64_t axis, int64_t index, void* out) {
     for (int64_t d = 0; d < axis; ++d) outer *= t.shape[static_cast<size_t>(d)];
     for (size_t d = static_cast<size_t>(axis) + 1; d < t.rank(); ++d) inner *= t.shape[d];
     int64_t length = t.shape[static_cast<size_t>(axis)];
+    if (inner == 0 || outer == 0) return;  // an empty slice: nothing to copy (and `out` may be NULL)
     const auto* src = static_cast<const unsigned char*>(t.data);
     auto* dst = static_cast<unsigned char*>(out);
     for (int64_t o = 0; o < outer; ++o)
@@ -153,6 +154,7 @@ void put_slice(const Tensor& slice, Tensor& out, int64_t axis, int64_t index) {
     for (int64_t d = 0; d < axis; ++d) outer *= out.shape[static_cast<size_t>(d)];
     for (size_t d = static_cast<size_t>(axis) + 1; d < out.rank(); ++d) inner *= out.shape[d];
     int64_t length = out.shape[static_cast<size_t>(axis)];
+    if (inner == 0 || outer == 0) return;  // an empty slice: nothing to copy (and the buffers may be NULL)
     const auto* src = static_cast<const unsigned char*>(slice.data);
     auto* dst = static_cast<unsigned char*>(out.data);
     for (int64_t o = 0; o < outer; ++o)
