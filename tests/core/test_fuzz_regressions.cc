@@ -3,6 +3,7 @@
 // behaviour that replaced the fault.
 #include <onnx/onnx_pb.h>
 
+#include <cstring>
 #include <limits>
 
 #include "common/status.h"
@@ -311,4 +312,24 @@ TEST(FuzzRegressions, ScanOverEmptySlicesCopiesNothing) {
     ValuePtr x = make_float_tensor({3, 0}, {});
     const std::string error = run_error(b, {"x"}, {x.get()});
     EXPECT_TRUE(error.empty() || error == "(no error)") << error;
+}
+
+// fuzz_model, UBSan: "-inf is outside the range of representable values of type 'unsigned char'" in the CPU
+// provider's ReduceLogSum over uint8 zeros: the log of a zero sum was cast to the integer type.  Integer results of
+// the logarithmic and square-root reductions are converted without undefined behaviour now.
+TEST(FuzzRegressions, IntegerLogReductionsOfZeroAreDefined) {
+    for (const char* op : {"ReduceLogSum", "ReduceLogSumExp", "ReduceL2"}) {
+        ModelBuilder b(13, 8);
+        b.input("x", {2, 3}, onnx::TensorProto::UINT8).output("y", {-1}, onnx::TensorProto::UINT8);
+        onnx::NodeProto& node = b.node(op, {"x"}, {"y"});
+        add_attribute(node, "keepdims", onnx::AttributeProto::INT).set_i(0);
+        add_attribute(node, "axes", onnx::AttributeProto::INTS).add_ints(1);
+        const int64_t dims[] = {2, 3};
+        TessValue* x = nullptr;
+        TESS_ASSERT_OK(tess_value_create_tensor(TESS_ELEMENT_UINT8, dims, 2, &x));
+        ValuePtr x_owner(x);
+        std::memset(tess_tensor_data(x), 0, 6);
+        const std::string error = run_error(b, {"x"}, {x});
+        EXPECT_TRUE(error.empty() || error == "(no error)") << op << ": " << error;
+    }
 }

@@ -22,6 +22,7 @@
 
 #include "kernels/all_kernels.h"
 #include "util/axes.h"
+#include "util/element_convert.h"
 #include "util/float16_compute.h"
 #include "util/type_list.h"
 #include "util/vec_math.h"
@@ -100,16 +101,23 @@ template <Reduction R, typename T> struct Reducer {
         else return wrapping_add(a, b);
     }
 
+    // A floating-point result stored as T: integer types get a defined conversion (the log of a zero sum is -inf,
+    // which a plain cast to an integer type leaves undefined; fuzz_model, UBSan).
+    template <typename F> static T store(F v) {
+        if constexpr (std::is_integral_v<T>) return convert::float_to_integer<T>(v);
+        else return static_cast<T>(v);
+    }
+
     static T finish(Acc a, int64_t count) {
         if constexpr (kLogSumExp) {
-            return static_cast<T>(a.max + std::log(a.sum));
+            return store(a.max + std::log(a.sum));
         } else if constexpr (R == Reduction::Mean) {
             if constexpr (std::is_integral_v<T>) return count == 0 ? T(0) : static_cast<T>(a / static_cast<T>(count));
             else return a / static_cast<T>(count);
         } else if constexpr (R == Reduction::L2) {
-            return static_cast<T>(std::sqrt(static_cast<Wide<T>>(a)));
+            return store(std::sqrt(static_cast<Wide<T>>(a)));
         } else if constexpr (R == Reduction::LogSum) {
-            return static_cast<T>(std::log(static_cast<Wide<T>>(a)));
+            return store(std::log(static_cast<Wide<T>>(a)));
         } else {
             return a;
         }
