@@ -7,11 +7,10 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
-#include <string>
 #include <utility>
 
 #include "util/conv_epilogue_avx512.h"
+#include "util/lane_gemm.h"
 
 namespace tessera::cpu {
 
@@ -70,18 +69,11 @@ constexpr std::array<RowTileFn, sizeof...(kRows)> row_tiles(std::integer_sequenc
 constexpr auto kFullTiles = row_tiles<true>(std::make_integer_sequence<int, PointwiseFilters::kBlock>());
 constexpr auto kEdgeTiles = row_tiles<false>(std::make_integer_sequence<int, PointwiseFilters::kBlock>());
 
-bool detect_support() {
-    const char* cap = std::getenv("TESSERA_CPU_MAX_ISA");
-    const std::string max_isa = cap != nullptr ? cap : "";
-    return max_isa != "avx2" && max_isa != "none" && __builtin_cpu_supports("avx512f");
-}
 
 }  // namespace
 
-bool pointwise_conv_supported() {
-    static const bool supported = detect_support();
-    return supported;
-}
+// The same CPUs (and the same TESSERA_CPU_MAX_ISA cap) as the lane kernels.
+bool pointwise_conv_supported() { return lane_gemm_supported(); }
 
 bool pointwise_conv_pays_off(int64_t channels, int64_t positions) {
     const int64_t covered = (positions + kPanel - 1) / kPanel * kPanel;

@@ -6,6 +6,7 @@
 #include "util/window2d.h"
 
 #include "util/conv_epilogue_avx512.h"
+#include "util/lane_gemm.h"
 #include "util/thread_scratch.h"
 #include "util/transpose_avx512.h"
 
@@ -15,23 +16,15 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <algorithm>
-#include <cstdlib>
 #include <limits>
-#include <string>
 #include <vector>
 
 namespace tessera::cpu {
 
 namespace {
 
-bool avx512_allowed() {
-    static const bool allowed = [] {
-        const char* cap = std::getenv("TESSERA_CPU_MAX_ISA");
-        const std::string max_isa = cap != nullptr ? cap : "";
-        return max_isa != "avx2" && max_isa != "none" && __builtin_cpu_supports("avx512f");
-    }();
-    return allowed;
-}
+// The AVX-512 kernels' gate, shared with the lane kernels (TESSERA_CPU_MAX_ISA=avx2|none turns them off).
+bool avx512_allowed() { return lane_gemm_supported(); }
 
 // Lanes l in [0, 16) with lo <= start + l < hi.
 __attribute__((target("avx512f"))) inline __mmask16 lanes_inside(int64_t start, int64_t lo, int64_t hi) {
