@@ -182,6 +182,9 @@ void parse_tessera_parameters(const nlohmann::json& parameters, TesseraOptions& 
             static const std::map<std::string, int> kNames = {
                 {"disabled", 0}, {"basic", 1}, {"extended", 2}, {"all", 3}};
             auto named = kNames.find(lower(trim(text)));
+            if (named == kNames.end() && (trim(text).size() != 1 || trim(text)[0] < '0' || trim(text)[0] > '3'))
+                throw invalid_arg("parameter 'optimization_level' must be disabled, basic, extended or all (or 0 to "
+                                  "3), not '" + text + "'");
             options.optimization_level = named != kNames.end() ? named->second : parse_int(key, text, 0, 3);
         } else if (key == "strict") {
             options.strict = parse_bool(key, text);
