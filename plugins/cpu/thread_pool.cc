@@ -21,11 +21,12 @@ inline void cpu_relax() { _mm_pause(); }
 
 }  // namespace
 
-ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
+ThreadPool::ThreadPool(int threads)
+    : threads_(std::max(1, threads)), claimed_(std::make_unique<std::atomic<bool>[]>(static_cast<size_t>(threads_))) {
     workers_.reserve(static_cast<size_t>(threads_ - 1));
     for (int i = 1; i < threads_; ++i) {
         try {
-            workers_.emplace_back([this] { worker(); });
+            workers_.emplace_back([this, i] { worker(i); });
         } catch (const std::system_error& e) {
             const int started = static_cast<int>(workers_.size());
             stop_workers();
@@ -47,7 +48,7 @@ void ThreadPool::stop_workers() {
     workers_.clear();
 }
 
-void ThreadPool::worker() {
+void ThreadPool::worker(int index) {
     uint64_t seen = epoch_.load(std::memory_order_acquire);
     for (;;) {
         // Spin for the next region, then sleep.
@@ -66,19 +67,21 @@ void ThreadPool::worker() {
         if (stop_.load()) return;
         seen = now_epoch;
         active_.fetch_add(1);
-        if (open_.load()) run_chunks();  // seq_cst: pairs with the poster's close-then-drain
+        if (open_.load()) run_chunks(index);  // seq_cst: pairs with the poster's close-then-drain
         active_.fetch_sub(1, std::memory_order_release);
     }
 }
 
-void ThreadPool::run_chunks() {
-    for (;;) {
-        const int64_t c = next_chunk_.fetch_add(1, std::memory_order_relaxed);
-        if (c >= chunks_) return;
+void ThreadPool::run_chunks(int self) {
+    const auto run = [this](int64_t c) {
+        if (claimed_[c].load(std::memory_order_relaxed) || claimed_[c].exchange(true, std::memory_order_acquire))
+            return;
         const int64_t begin = c * per_chunk_, end = std::min(n_, begin + per_chunk_);
         if (begin < end) (*fn_)(begin, end);
         done_chunks_.fetch_add(1, std::memory_order_acq_rel);
-    }
+    };
+    if (self < chunks_) run(self);
+    for (int64_t c = 0; c < chunks_; ++c) run(c);
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
@@ -96,7 +99,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     n_ = n;
     per_chunk_ = (n + chunks - 1) / chunks;
     chunks_ = chunks;
-    next_chunk_.store(0, std::memory_order_relaxed);
+    for (int64_t c = 0; c < chunks; ++c) claimed_[c].store(false, std::memory_order_relaxed);
     done_chunks_.store(0, std::memory_order_relaxed);
     open_.store(true, std::memory_order_release);
     epoch_.fetch_add(1);
@@ -105,7 +108,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
         wake_.notify_all();
     }
 
-    run_chunks();
+    run_chunks(0);
     // The caller works too; what is left are chunks a worker is finishing.
     for (int i = 0; done_chunks_.load(std::memory_order_acquire) < chunks; ++i) {
         if (i < 4096) cpu_relax();

@@ -6,17 +6,27 @@
 // The pool runs one region at a time; a second caller (another run on the same session, or a kernel that nests a
 // parallel_for inside one) runs its region inline on its own thread, so concurrent runs stay correct and never wait
 // on each other.
+//
+// Chunk i of a region goes first to thread i (the caller is thread 0), and a thread that is done takes any chunk
+// still unclaimed.  So consecutive regions that split the same index space the same way (a chain of convolutions
+// splitting their output rows into bands) keep each band on one core, where the previous operator left its data:
+// on two cores, reading the other core's half of an activation cost more than the whole layer on one.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 namespace tessera::cpu {
+
+// The first row of band `band` when `rows` rows are cut into `bands` bands of (nearly) equal height.  Kernels that
+// split output rows use it, so that two operators cutting the same rows into 2 and 4 blocks agree on the halves.
+inline int64_t band_begin(int64_t rows, int64_t bands, int64_t band) { return rows * band / bands; }
 
 class ThreadPool {
 public:
@@ -29,15 +39,16 @@ public:
 
     int size() const { return threads_; }
 
-    // Splits [0, n) into contiguous chunks of at least `grain` items and calls fn(begin, end) on each, in parallel.
-    // Returns when every chunk is done.  fn must not throw (kernels validate before parallel regions).
+    // Splits [0, n) into min(size(), ceil(n / grain)) contiguous chunks of equal size (the last may be shorter) and
+    // calls fn(begin, end) on each, in parallel; chunk i preferably on thread i (see above).  Returns when every
+    // chunk is done.  fn must not throw (kernels validate before parallel regions).
     void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
 private:
-    void worker();
+    void worker(int index);
     void stop_workers();
-    // Claims and runs chunks of the posted region until none is left.
-    void run_chunks();
+    // Runs chunk `self` if still unclaimed, then claims and runs the others until none is left.
+    void run_chunks(int self);
 
     int threads_;
     std::vector<std::thread> workers_;
@@ -46,7 +57,7 @@ private:
     // have announced themselves in `active_` and seen `open_` (acquire).
     const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
     int64_t n_ = 0, per_chunk_ = 0, chunks_ = 0;
-    std::atomic<int64_t> next_chunk_{0};
+    std::unique_ptr<std::atomic<bool>[]> claimed_;  // per chunk (at most threads_), reset by each poster
     std::atomic<int64_t> done_chunks_{0};
     std::atomic<bool> open_{false};
     std::atomic<int> active_{0};      // workers inside run_chunks()

@@ -422,10 +422,14 @@ private:
         const std::vector<int64_t> offsets = tap_offsets(plan, g, C, channel_stride);
         float* phase_buffer = plan.in_place ? nullptr : call_buffer<float, 0>(C * channel_stride + plan.reach);
         const int64_t panels = lane_filters_.panels(), width = lane_filters_.panel_width();
-        // Enough tasks to keep every thread busy; whole panels when there are plenty.
-        const int64_t wanted = (4 * pool.size() + panels - 1) / panels;
-        const int64_t rows_per_block = (OH + std::min(wanted, OH) - 1) / std::min(wanted, OH);
-        const int64_t row_blocks = (OH + rows_per_block - 1) / rows_per_block;
+        // Enough tasks to keep every thread busy; whole panels when there are plenty.  With few panels (the narrow
+        // layers that follow depthwise ones) each thread's chunk is one band of rows for all panels, the rows the
+        // previous layer left in its cache (see ThreadPool); with many, each thread reads half the filters instead,
+        // which then outweigh the activations.
+        const int64_t threads = pool.size();
+        const int64_t wanted = (4 * threads + panels - 1) / panels;
+        const int64_t row_blocks = std::min(OH, (wanted + threads - 1) / threads * threads);
+        const bool rows_outer = panels <= 2 * threads;
         for (int64_t n = 0; n < N; ++n) {
             const float* image = x + n * C * H * W;
             if (!plan.in_place) {
@@ -438,8 +442,10 @@ private:
             }
             pool.parallel_for(panels * row_blocks, 1, [&](int64_t first, int64_t last) {
                 for (int64_t t = first; t < last; ++t) {
-                    const int64_t p = t / row_blocks;
-                    const int64_t oh0 = (t % row_blocks) * rows_per_block, oh1 = std::min(OH, oh0 + rows_per_block);
+                    const int64_t p = rows_outer ? t % panels : t / row_blocks;
+                    const int64_t block = rows_outer ? t / panels : t % row_blocks;
+                    const int64_t oh0 = band_begin(OH, row_blocks, block), oh1 = band_begin(OH, row_blocks, block + 1);
+                    if (oh0 == oh1) continue;
                     const int64_t at = (n * M + p * width) * out_size;
                     // Without grid columns to crop, the rows' positions follow each other: one run for all of them.
                     const int64_t run = plan.Wq == OW ? (oh1 - oh0) * OW : OW;

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace tessera::cpu {
@@ -39,10 +40,11 @@ __attribute__((target("avx512f"))) inline __mmask16 lanes_inside(int64_t start, 
 // loaded half).  They depend on the column only, so a plane computes them once per column vector, not per row.
 constexpr int64_t kMaxTapColumns = 16;
 
+// Interior columns get all-ones masks: the loads are masked either way, because a branch per load between masked
+// and plain loads cost more than the masks (and made the compiler spill the accumulators' pointers).
 template <int kStride>
 struct ColumnTaps {
-    bool interior = false;  // every tap of every lane inside the row: unmasked loads
-    int64_t base = 0;       // input column of lane 0, tap 0
+    int64_t base = 0;  // input column of lane 0, tap 0
     __mmask16 lo[kMaxTapColumns] = {}, hi[kMaxTapColumns] = {};
 };
 
@@ -51,11 +53,11 @@ __attribute__((target("avx512f"))) inline __m512 tap_columns(const float* row, c
                                                              int64_t kw, int64_t DW, __m512 fill) {
     const float* at = row + c.base + kw * DW;
     if constexpr (kStride == 1) {
-        return c.interior ? _mm512_loadu_ps(at) : _mm512_mask_loadu_ps(fill, c.lo[kw], at);
+        return _mm512_mask_loadu_ps(fill, c.lo[kw], at);
     } else {
         const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-        const __m512 lo = c.interior ? _mm512_loadu_ps(at) : _mm512_mask_loadu_ps(fill, c.lo[kw], at);
-        const __m512 hi = c.interior ? _mm512_loadu_ps(at + 16) : _mm512_mask_loadu_ps(fill, c.hi[kw], at + 16);
+        const __m512 lo = _mm512_mask_loadu_ps(fill, c.lo[kw], at);
+        const __m512 hi = _mm512_mask_loadu_ps(fill, c.hi[kw], at + 16);
         return _mm512_permutex2var_ps(lo, even, hi);
     }
 }
@@ -66,12 +68,9 @@ __attribute__((target("avx512f"))) inline ColumnTaps<kStride> column_taps(const 
     const int64_t W = g.input[1], KW = g.kernel[1], DW = g.dilations[1];
     ColumnTaps<kStride> c;
     c.base = ow0 * kStride - g.pads_begin[1];
-    c.interior = c.base >= 0 && c.base + (KW - 1) * DW + 16 * kStride <= W && ow0 + 16 <= g.output[1];
-    if (!c.interior) {
-        for (int64_t kw = 0; kw < KW; ++kw) {
-            c.lo[kw] = lanes_inside(c.base + kw * DW, 0, W);
-            c.hi[kw] = lanes_inside(c.base + kw * DW + 16, 0, W);
-        }
+    for (int64_t kw = 0; kw < KW; ++kw) {
+        c.lo[kw] = lanes_inside(c.base + kw * DW, 0, W);
+        c.hi[kw] = lanes_inside(c.base + kw * DW + 16, 0, W);
     }
     return c;
 }
@@ -81,17 +80,19 @@ __attribute__((target("avx512f"))) inline ColumnTaps<kStride> column_taps(const 
 constexpr int64_t kZeroRowWidth = 4096;
 alignas(64) const float kZeroRow[kZeroRowWidth] = {};
 
-// Rows oh .. oh + kRows - 1 of one column vector.  kRows independent accumulators keep the FMA pipes busy: one
-// accumulator per vector would wait out the FMA latency at every tap.
-template <int kStride, int kRows>
-__attribute__((target("avx512f"))) void window_rows(const WindowGeometry& g, const float* x, const __m512* weights,
+// Rows oh .. oh + kRows - 1 of kCols column vectors (16 output columns each, from ow0).  kRows x kCols independent
+// accumulators (8) keep both FMA pipes busy: fewer would wait out the FMA latency at every tap.
+template <int kStride, int kRows, int kCols>
+__attribute__((target("avx512f"))) void window_tile(const WindowGeometry& g, const float* x, const __m512* weights,
                                                     const float* w, bool hoisted, __m512 bias,
-                                                    const ColumnTaps<kStride>& c, int64_t oh, int64_t ow0, float* y,
+                                                    const ColumnTaps<kStride>* c, int64_t oh, int64_t ow0, float* y,
                                                     const ConvEpilogue& e, const float* z, bool vector_act) {
-    const int64_t H = g.input[0], W = g.input[1], OW = g.output[1], KH = g.kernel[0], KW = g.kernel[1];
+    const int64_t H = g.input[0], W = g.input[1], OW = g.output[1];
+    const int64_t KH = g.kernel[0], KW = g.kernel[1];
     const int64_t SH = g.strides[0], DH = g.dilations[0], DW = g.dilations[1], top = g.pads_begin[0];
-    __m512 acc[kRows];
-    for (int r = 0; r < kRows; ++r) acc[r] = bias;
+    __m512 acc[kRows][kCols];
+    for (int r = 0; r < kRows; ++r)
+        for (int j = 0; j < kCols; ++j) acc[r][j] = bias;
     for (int64_t kh = 0; kh < KH; ++kh) {
         const float* rows[kRows];
         for (int r = 0; r < kRows; ++r) {
@@ -101,43 +102,141 @@ __attribute__((target("avx512f"))) void window_rows(const WindowGeometry& g, con
         for (int64_t kw = 0; kw < KW; ++kw) {
             const int64_t t = kh * KW + kw;
             const __m512 wt = hoisted ? weights[t] : _mm512_set1_ps(w[t]);
-            for (int r = 0; r < kRows; ++r) acc[r] = _mm512_fmadd_ps(wt, tap_columns<kStride>(rows[r], c, kw, DW, _mm512_setzero_ps()), acc[r]);
+            for (int r = 0; r < kRows; ++r)
+                for (int j = 0; j < kCols; ++j)
+                    acc[r][j] = _mm512_fmadd_ps(wt, tap_columns<kStride>(rows[r], c[j], kw, DW, _mm512_setzero_ps()),
+                                                acc[r][j]);
         }
     }
-    const __mmask16 out_mask = lanes_inside(ow0, 0, OW);
-    for (int r = 0; r < kRows; ++r) {
-        const int64_t at = (oh + r) * OW + ow0;
-        if (z != nullptr) acc[r] = _mm512_add_ps(acc[r], _mm512_maskz_loadu_ps(out_mask, z + at));
-        if (vector_act) acc[r] = activate(acc[r], e);
-        _mm512_mask_storeu_ps(y + at, out_mask, acc[r]);
+    for (int j = 0; j < kCols; ++j) {
+        const __mmask16 out_mask = lanes_inside(ow0 + 16 * j, 0, OW);
+        for (int r = 0; r < kRows; ++r) {
+            const int64_t at = (oh + r) * OW + ow0 + 16 * j;
+            if (z != nullptr) acc[r][j] = _mm512_add_ps(acc[r][j], _mm512_maskz_loadu_ps(out_mask, z + at));
+            if (vector_act) acc[r][j] = activate(acc[r][j], e);
+            _mm512_mask_storeu_ps(y + at, out_mask, acc[r][j]);
+        }
     }
 }
 
-// One output plane, 16 output columns at a time, four rows at a time.  kStride is the column stride (1 or 2); rows
-// may have any stride and dilation.
-template <int kStride>
-__attribute__((target("avx512f"))) void plane(const WindowGeometry& g, const float* x, const float* w, float bias,
-                                              float* y, const ConvEpilogue& e, const float* z, bool vector_act) {
-    const int64_t OH = g.output[0], OW = g.output[1], KH = g.kernel[0], KW = g.kernel[1];
+// 3x3 windows with equal row and column strides (1 or 2) and no dilation, MobileNet's depthwise layers: rows
+// oh .. oh + kRows - 1 of kCols column vectors.  Each input row's taps are loaded once and serve every output row of
+// the tile that reads them (up to three), which halves the loads of window_tile; everything is unrolled, so the
+// nine weights, the accumulators and the masks stay in registers.
+template <int kStride, int kRows, int kCols>
+__attribute__((target("avx512f"))) void window3x3_tile(const WindowGeometry& g, const float* x, const __m512* weights,
+                                                       __m512 bias, const ColumnTaps<kStride>* c, int64_t oh,
+                                                       int64_t ow0, float* y, const ConvEpilogue& e, const float* z,
+                                                       bool vector_act) {
+    constexpr int kInputRows = (kRows - 1) * kStride + 3;
+    const int64_t H = g.input[0], W = g.input[1], OW = g.output[1], top = g.pads_begin[0];
+    __m512 acc[kRows][kCols];
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 2
+        for (int j = 0; j < kCols; ++j) acc[r][j] = bias;
+    // GCC does not unroll these nests by itself, and then keeps the accumulators in memory.
+#pragma GCC unroll 16
+    for (int i = 0; i < kInputRows; ++i) {
+        const int64_t ih = oh * kStride - top + i;
+        const float* row = ih >= 0 && ih < H ? x + ih * W : kZeroRow;
+#pragma GCC unroll 2
+        for (int j = 0; j < kCols; ++j) {
+#pragma GCC unroll 3
+            for (int kw = 0; kw < 3; ++kw) {
+                const __m512 v = tap_columns<kStride>(row, c[j], kw, 1, _mm512_setzero_ps());
+#pragma GCC unroll 8
+                for (int r = 0; r < kRows; ++r) {
+                    const int kh = i - r * kStride;
+                    if (kh >= 0 && kh < 3) acc[r][j] = _mm512_fmadd_ps(weights[kh * 3 + kw], v, acc[r][j]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int j = 0; j < kCols; ++j) {
+        const __mmask16 out_mask = lanes_inside(ow0 + 16 * j, 0, OW);
+#pragma GCC unroll 8
+        for (int r = 0; r < kRows; ++r) {
+            const int64_t at = (oh + r) * OW + ow0 + 16 * j;
+            if (z != nullptr) acc[r][j] = _mm512_add_ps(acc[r][j], _mm512_maskz_loadu_ps(out_mask, z + at));
+            if (vector_act) acc[r][j] = activate(acc[r][j], e);
+            _mm512_mask_storeu_ps(y + at, out_mask, acc[r][j]);
+        }
+    }
+}
+
+// Calls tile(std::integral_constant<int, R>(), oh) over rows [oh, oh_end): kMain rows at a time, then 4, then the
+// rest, so that every tile has a compile-time height.
+template <int kMain, typename Tile>
+inline void row_tiles(int64_t oh, int64_t oh_end, Tile&& tile) {
+    for (; oh + kMain <= oh_end; oh += kMain) tile(std::integral_constant<int, kMain>(), oh);
+    if constexpr (kMain > 4) {
+        if (oh + 4 <= oh_end) {
+            tile(std::integral_constant<int, 4>(), oh);
+            oh += 4;
+        }
+    }
+    switch (oh_end - oh) {
+        case 3: tile(std::integral_constant<int, 3>(), oh); break;
+        case 2: tile(std::integral_constant<int, 2>(), oh); break;
+        case 1: tile(std::integral_constant<int, 1>(), oh); break;
+        default: break;
+    }
+}
+
+// Rows [oh, oh_end) of kCols column vectors: 8 accumulators per tile (4 rows x 2 vectors, or 8 rows x 1).  kKW = 3
+// takes the 3x3 tiles (plane() checks that they apply).
+template <int kStride, int kCols, int kKW>
+void column_rows(const WindowGeometry& g, const float* x, const __m512* weights, const float* w, bool hoisted,
+                 __m512 bias, const ColumnTaps<kStride>* c, int64_t oh, int64_t oh_end, int64_t ow0, float* y,
+                 const ConvEpilogue& e, const float* z, bool vector_act) {
+    row_tiles<8 / kCols>(oh, oh_end, [&](auto rows, int64_t at) {
+        if constexpr (kKW == 3)
+            window3x3_tile<kStride, rows(), kCols>(g, x, weights, bias, c, at, ow0, y, e, z, vector_act);
+        else
+            window_tile<kStride, rows(), kCols>(g, x, weights, w, hoisted, bias, c, at, ow0, y, e, z, vector_act);
+    });
+}
+
+// Rows [oh_begin, oh_end) of one output plane, two column vectors at a time while two are left.  kStride is the
+// column stride (1 or 2); rows may have any stride and dilation.
+template <int kStride, int kKW>
+__attribute__((target("avx512f"))) void plane_rows(const WindowGeometry& g, const float* x, const float* w, float bias,
+                                                   int64_t oh_begin, int64_t oh_end, float* y, const ConvEpilogue& e,
+                                                   const float* z, bool vector_act) {
+    const int64_t OW = g.output[1], KH = g.kernel[0], KW = g.kernel[1];
     constexpr int64_t kMaxHoisted = 25;  // up to 5x5 windows keep their weights in registers
     __m512 weights[kMaxHoisted];
     const bool hoisted = KH * KW <= kMaxHoisted;
     if (hoisted)
         for (int64_t t = 0; t < KH * KW; ++t) weights[t] = _mm512_set1_ps(w[t]);
     const __m512 bias_v = _mm512_set1_ps(bias);
-    for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
-        const ColumnTaps<kStride> c = column_taps<kStride>(g, ow0);
-        int64_t oh = 0;
-        for (; oh + 4 <= OH; oh += 4)
-            window_rows<kStride, 4>(g, x, weights, w, hoisted, bias_v, c, oh, ow0, y, e, z, vector_act);
-        switch (OH - oh) {
-            case 3: window_rows<kStride, 3>(g, x, weights, w, hoisted, bias_v, c, oh, ow0, y, e, z, vector_act); break;
-            case 2: window_rows<kStride, 2>(g, x, weights, w, hoisted, bias_v, c, oh, ow0, y, e, z, vector_act); break;
-            case 1: window_rows<kStride, 1>(g, x, weights, w, hoisted, bias_v, c, oh, ow0, y, e, z, vector_act); break;
-            default: break;
+    ColumnTaps<kStride> c[2];
+    for (int64_t ow0 = 0; ow0 < OW;) {
+        c[0] = column_taps<kStride>(g, ow0);
+        if (ow0 + 16 < OW) {
+            c[1] = column_taps<kStride>(g, ow0 + 16);
+            column_rows<kStride, 2, kKW>(g, x, weights, w, hoisted, bias_v, c, oh_begin, oh_end, ow0, y, e, z,
+                                         vector_act);
+            ow0 += 32;
+        } else {
+            column_rows<kStride, 1, kKW>(g, x, weights, w, hoisted, bias_v, c, oh_begin, oh_end, ow0, y, e, z,
+                                         vector_act);
+            ow0 += 16;
         }
     }
-    if (!vector_act) e.apply(y, static_cast<const float*>(nullptr), OH * OW);
+    if (!vector_act) e.apply(y + oh_begin * OW, static_cast<const float*>(nullptr), (oh_end - oh_begin) * OW);
+}
+
+template <int kStride>
+void plane(const WindowGeometry& g, const float* x, const float* w, float bias, int64_t oh_begin, int64_t oh_end,
+           float* y, const ConvEpilogue& e, const float* z, bool vector_act) {
+    const bool unit_dilation = g.dilations[0] == 1 && g.dilations[1] == 1;
+    if (g.kernel[0] == 3 && g.kernel[1] == 3 && g.strides[0] == kStride && unit_dilation)
+        plane_rows<kStride, 3>(g, x, w, bias, oh_begin, oh_end, y, e, z, vector_act);
+    else
+        plane_rows<kStride, 0>(g, x, w, bias, oh_begin, oh_end, y, e, z, vector_act);
 }
 
 // A row of the lowest float standing for the padding rows of a max pool (see kZeroRow).
@@ -176,14 +275,7 @@ __attribute__((target("avx512f"))) void max_plane(const WindowGeometry& g, const
     const float* lowest = lowest_row();
     for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
         const ColumnTaps<kStride> c = column_taps<kStride>(g, ow0);
-        int64_t oh = 0;
-        for (; oh + 4 <= OH; oh += 4) max_rows<kStride, 4>(g, x, lowest, c, oh, ow0, y);
-        switch (OH - oh) {
-            case 3: max_rows<kStride, 3>(g, x, lowest, c, oh, ow0, y); break;
-            case 2: max_rows<kStride, 2>(g, x, lowest, c, oh, ow0, y); break;
-            case 1: max_rows<kStride, 1>(g, x, lowest, c, oh, ow0, y); break;
-            default: break;
-        }
+        row_tiles<4>(0, OH, [&](auto rows, int64_t at) { max_rows<kStride, rows()>(g, x, lowest, c, at, ow0, y); });
     }
 }
 
@@ -338,16 +430,21 @@ void depthwise_conv2d_direct(ThreadPool& pool, const WindowGeometry& g, const fl
         return;
     }
     const bool vector_act = vector_activation(epilogue);
-    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, out_plane * taps));
-    pool.parallel_for(batch * out_channels, grain, [&](int64_t first, int64_t last) {
-        for (int64_t p = first; p < last; ++p) {
+    // Tasks are (band of output rows, plane), bands outermost and one band per thread: each thread computes every
+    // channel of its rows, which is what the next convolution's row band reads (see ThreadPool).
+    const int64_t planes = batch * out_channels, OH = g.output[0];
+    const int64_t bands = planes * out_plane * taps >= 32768 ? std::min<int64_t>(pool.size(), OH) : 1;
+    pool.parallel_for(bands * planes, planes, [&](int64_t first, int64_t last) {
+        for (int64_t t = first; t < last; ++t) {
+            const int64_t band = t / planes, p = t % planes;
             const int64_t n = p / out_channels, oc = p % out_channels;
+            const int64_t oh0 = band_begin(OH, bands, band), oh1 = band_begin(OH, bands, band + 1);
             const float* xp = x + (n * in_channels + oc / multiplier) * in_plane;
             float* yp = y + p * out_plane;
             const float* zp = z != nullptr ? z + p * out_plane : nullptr;
             const float b = bias != nullptr ? bias[oc] : 0.0f;
-            if (g.strides[1] == 1) plane<1>(g, xp, w + oc * taps, b, yp, epilogue, zp, vector_act);
-            else plane<2>(g, xp, w + oc * taps, b, yp, epilogue, zp, vector_act);
+            if (g.strides[1] == 1) plane<1>(g, xp, w + oc * taps, b, oh0, oh1, yp, epilogue, zp, vector_act);
+            else plane<2>(g, xp, w + oc * taps, b, oh0, oh1, yp, epilogue, zp, vector_act);
         }
     });
 }
