@@ -1332,6 +1332,9 @@ TEST(PoolOps, MaxPoolFloatWithoutIndices) {
     cases.push_back({.x = {1, 3, 55, 55}, .kernel = {3, 3}, .strides = {2, 2}, .ceil_mode = true});
     cases.push_back({.x = {2, 5, 40, 37}, .kernel = {3, 3}, .strides = {1, 1}, .pads = {1, 1, 1, 1}});
     cases.push_back({.x = {1, 2, 33, 70}, .kernel = {2, 5}, .strides = {2, 2}, .pads = {0, 2, 1, 2}});
+    // SqueezeNet's pools on the 3x3 tiles: one column vector in 8-row tiles, and two pairs of vectors.
+    cases.push_back({.x = {1, 40, 27, 27}, .kernel = {3, 3}, .strides = {2, 2}, .ceil_mode = true});
+    cases.push_back({.x = {1, 6, 111, 111}, .kernel = {3, 3}, .strides = {2, 2}, .ceil_mode = true});
     for (const auto& c : cases) {
         SCOPED_TRACE("x " + shape_string(c.x) + " kernel " + shape_string(c.kernel));
         const auto x = random_values<float>(shape_size(c.x), seed++);

@@ -12,8 +12,9 @@
 
 #include <immintrin.h>
 
-// GCC 12 reports the _mm512_undefined_ps() inside _mm512_max_ps/_mm512_min_ps as maybe-uninitialized.
+// GCC 12 reports the _mm512_undefined_ps() inside _mm512_max_ps/_mm512_min_ps as (maybe-)uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <algorithm>
 #include <limits>
@@ -119,36 +120,47 @@ __attribute__((target("avx512f"))) void window_tile(const WindowGeometry& g, con
     }
 }
 
-// 3x3 windows with equal row and column strides (1 or 2) and no dilation, MobileNet's depthwise layers: rows
-// oh .. oh + kRows - 1 of kCols column vectors.  Each input row's taps are loaded once and serve every output row of
-// the tile that reads them (up to three), which halves the loads of window_tile; everything is unrolled, so the
-// nine weights, the accumulators and the masks stay in registers.
-template <int kStride, int kRows, int kCols>
+// A row of the lowest float standing for the padding rows of a max pool (see kZeroRow).
+const float* lowest_row() {
+    static const std::vector<float> row(static_cast<size_t>(kZeroRowWidth), std::numeric_limits<float>::lowest());
+    return row.data();
+}
+
+// 3x3 windows with equal row and column strides (1 or 2) and no dilation (MobileNet's depthwise layers, SqueezeNet's
+// max pools): rows oh .. oh + kRows - 1 of kCols column vectors.  Each input row's taps are loaded once and serve
+// every output row of the tile that reads them (up to three), which halves the loads of window_tile; everything is
+// unrolled, so the nine weights, the accumulators and the masks stay in registers.  kMax: a max pool (start and
+// padding are the lowest float, no weights, no epilogue) instead of a multiply-add from the bias.
+template <int kStride, int kRows, int kCols, bool kMax = false>
 __attribute__((target("avx512f"))) void window3x3_tile(const WindowGeometry& g, const float* x, const __m512* weights,
-                                                       __m512 bias, const ColumnTaps<kStride>* c, int64_t oh,
-                                                       int64_t ow0, float* y, const ConvEpilogue& e, const float* z,
+                                                       __m512 start, const ColumnTaps<kStride>* c, int64_t oh,
+                                                       int64_t ow0, float* y, const ConvEpilogue* e, const float* z,
                                                        bool vector_act) {
     constexpr int kInputRows = (kRows - 1) * kStride + 3;
     const int64_t H = g.input[0], W = g.input[1], OW = g.output[1], top = g.pads_begin[0];
+    const __m512 fill = kMax ? _mm512_set1_ps(std::numeric_limits<float>::lowest()) : _mm512_setzero_ps();
+    const float* padding_row = kMax ? lowest_row() : kZeroRow;
     __m512 acc[kRows][kCols];
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r)
 #pragma GCC unroll 2
-        for (int j = 0; j < kCols; ++j) acc[r][j] = bias;
+        for (int j = 0; j < kCols; ++j) acc[r][j] = start;
     // GCC does not unroll these nests by itself, and then keeps the accumulators in memory.
 #pragma GCC unroll 16
     for (int i = 0; i < kInputRows; ++i) {
         const int64_t ih = oh * kStride - top + i;
-        const float* row = ih >= 0 && ih < H ? x + ih * W : kZeroRow;
+        const float* row = ih >= 0 && ih < H ? x + ih * W : padding_row;
 #pragma GCC unroll 2
         for (int j = 0; j < kCols; ++j) {
 #pragma GCC unroll 3
             for (int kw = 0; kw < 3; ++kw) {
-                const __m512 v = tap_columns<kStride>(row, c[j], kw, 1, _mm512_setzero_ps());
+                const __m512 v = tap_columns<kStride>(row, c[j], kw, 1, fill);
 #pragma GCC unroll 8
                 for (int r = 0; r < kRows; ++r) {
                     const int kh = i - r * kStride;
-                    if (kh >= 0 && kh < 3) acc[r][j] = _mm512_fmadd_ps(weights[kh * 3 + kw], v, acc[r][j]);
+                    if (kh < 0 || kh >= 3) continue;
+                    if constexpr (kMax) acc[r][j] = _mm512_max_ps(acc[r][j], v);
+                    else acc[r][j] = _mm512_fmadd_ps(weights[kh * 3 + kw], v, acc[r][j]);
                 }
             }
         }
@@ -159,8 +171,10 @@ __attribute__((target("avx512f"))) void window3x3_tile(const WindowGeometry& g, 
 #pragma GCC unroll 8
         for (int r = 0; r < kRows; ++r) {
             const int64_t at = (oh + r) * OW + ow0 + 16 * j;
-            if (z != nullptr) acc[r][j] = _mm512_add_ps(acc[r][j], _mm512_maskz_loadu_ps(out_mask, z + at));
-            if (vector_act) acc[r][j] = activate(acc[r][j], e);
+            if constexpr (!kMax) {
+                if (z != nullptr) acc[r][j] = _mm512_add_ps(acc[r][j], _mm512_maskz_loadu_ps(out_mask, z + at));
+                if (vector_act) acc[r][j] = activate(acc[r][j], *e);
+            }
             _mm512_mask_storeu_ps(y + at, out_mask, acc[r][j]);
         }
     }
@@ -193,7 +207,7 @@ void column_rows(const WindowGeometry& g, const float* x, const __m512* weights,
                  const ConvEpilogue& e, const float* z, bool vector_act) {
     row_tiles<8 / kCols>(oh, oh_end, [&](auto rows, int64_t at) {
         if constexpr (kKW == 3)
-            window3x3_tile<kStride, rows(), kCols>(g, x, weights, bias, c, at, ow0, y, e, z, vector_act);
+            window3x3_tile<kStride, rows(), kCols>(g, x, weights, bias, c, at, ow0, y, &e, z, vector_act);
         else
             window_tile<kStride, rows(), kCols>(g, x, weights, w, hoisted, bias, c, at, ow0, y, e, z, vector_act);
     });
@@ -239,12 +253,6 @@ void plane(const WindowGeometry& g, const float* x, const float* w, float bias, 
         plane_rows<kStride, 0>(g, x, w, bias, oh_begin, oh_end, y, e, z, vector_act);
 }
 
-// A row of the lowest float standing for the padding rows of a max pool (see kZeroRow).
-const float* lowest_row() {
-    static const std::vector<float> row(static_cast<size_t>(kZeroRowWidth), std::numeric_limits<float>::lowest());
-    return row.data();
-}
-
 // Max-pool rows oh .. oh + kRows - 1 of one column vector, as window_rows with max for multiply-add; padding (rows
 // and masked lanes) reads as the lowest float, which never wins.
 template <int kStride, int kRows>
@@ -268,14 +276,40 @@ __attribute__((target("avx512f"))) void max_rows(const WindowGeometry& g, const 
     for (int r = 0; r < kRows; ++r) _mm512_mask_storeu_ps(y + (oh + r) * OW + ow0, out_mask, acc[r]);
 }
 
-// One max-pool output plane, 16 columns and four rows at a time.
+// Rows [oh_begin, oh_end) of one max-pool output plane: 3x3 windows on the tiles above, others 16 columns and four
+// rows at a time.
 template <int kStride>
-__attribute__((target("avx512f"))) void max_plane(const WindowGeometry& g, const float* x, float* y) {
-    const int64_t OH = g.output[0], OW = g.output[1];
+__attribute__((target("avx512f"))) void max_plane(const WindowGeometry& g, const float* x, int64_t oh_begin,
+                                                  int64_t oh_end, float* y) {
+    const int64_t OW = g.output[1];
     const float* lowest = lowest_row();
+    if (g.kernel[0] == 3 && g.kernel[1] == 3 && g.strides[0] == kStride && g.dilations[0] == 1 &&
+        g.dilations[1] == 1) {
+        const __m512 start = _mm512_set1_ps(std::numeric_limits<float>::lowest());
+        ColumnTaps<kStride> c[2];
+        for (int64_t ow0 = 0; ow0 < OW;) {
+            c[0] = column_taps<kStride>(g, ow0);
+            if (ow0 + 16 < OW) {
+                c[1] = column_taps<kStride>(g, ow0 + 16);
+                row_tiles<4>(oh_begin, oh_end, [&](auto rows, int64_t at) {
+                    window3x3_tile<kStride, rows(), 2, true>(g, x, nullptr, start, c, at, ow0, y, nullptr, nullptr,
+                                                             false);
+                });
+                ow0 += 32;
+            } else {
+                row_tiles<8>(oh_begin, oh_end, [&](auto rows, int64_t at) {
+                    window3x3_tile<kStride, rows(), 1, true>(g, x, nullptr, start, c, at, ow0, y, nullptr, nullptr,
+                                                             false);
+                });
+                ow0 += 16;
+            }
+        }
+        return;
+    }
     for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
         const ColumnTaps<kStride> c = column_taps<kStride>(g, ow0);
-        row_tiles<4>(0, OH, [&](auto rows, int64_t at) { max_rows<kStride, rows()>(g, x, lowest, c, at, ow0, y); });
+        row_tiles<4>(oh_begin, oh_end,
+                     [&](auto rows, int64_t at) { max_rows<kStride, rows()>(g, x, lowest, c, at, ow0, y); });
     }
 }
 
@@ -405,12 +439,16 @@ bool max_pool2d_direct_supported(const WindowGeometry& g) {
 }
 
 void max_pool2d_direct(ThreadPool& pool, const WindowGeometry& g, const float* x, int64_t planes, float* y) {
-    const int64_t in_plane = g.input[0] * g.input[1], out_plane = g.output[0] * g.output[1];
-    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, out_plane * g.kernel[0] * g.kernel[1]));
-    pool.parallel_for(planes, grain, [&](int64_t first, int64_t last) {
-        for (int64_t p = first; p < last; ++p) {
-            if (g.strides[1] == 1) max_plane<1>(g, x + p * in_plane, y + p * out_plane);
-            else max_plane<2>(g, x + p * in_plane, y + p * out_plane);
+    const int64_t in_plane = g.input[0] * g.input[1], out_plane = g.output[0] * g.output[1], OH = g.output[0];
+    // Bands of rows, one per thread, as depthwise_conv2d_direct splits them.
+    const int64_t bands =
+        planes * out_plane * g.kernel[0] * g.kernel[1] >= 32768 ? std::min<int64_t>(pool.size(), OH) : 1;
+    pool.parallel_for(bands * planes, planes, [&](int64_t first, int64_t last) {
+        for (int64_t t = first; t < last; ++t) {
+            const int64_t band = t / planes, p = t % planes;
+            const int64_t oh0 = band_begin(OH, bands, band), oh1 = band_begin(OH, bands, band + 1);
+            if (g.strides[1] == 1) max_plane<1>(g, x + p * in_plane, oh0, oh1, y + p * out_plane);
+            else max_plane<2>(g, x + p * in_plane, oh0, oh1, y + p * out_plane);
         }
     });
 }
