@@ -431,6 +431,118 @@ void depthwise_conv2d_blocked(ThreadPool& pool, const WindowGeometry& g, const f
     });
 }
 
+// ---- Depthwise convolution on flattened small planes ------------------------------------------------------------
+// With stride 1 and as many output columns as input columns (MobileNet's 7x7 layers), output position p = oh * W + ow
+// reads input position p + (kh * DH - top) * W + (kw * DW - left): a fixed shift per tap.  So a whole plane of up to
+// 64 positions is up to four vectors, each tap one masked load per vector (the mask drops the lanes whose tap falls
+// in the padding), with no transposes and no lanes idle past the end of a short row.  Two planes at a time give
+// eight independent accumulators.
+
+constexpr int64_t kMaxFlatVecs = 4;
+constexpr int64_t kMaxFlatTaps = 25;
+
+struct FlatTaps {
+    int64_t taps = 0;
+    int64_t shift[kMaxFlatTaps] = {};
+    __mmask16 mask[kMaxFlatVecs][kMaxFlatTaps] = {};
+};
+
+FlatTaps flat_taps(const WindowGeometry& g) {
+    const int64_t H = g.input[0], W = g.input[1], OH = g.output[0], KH = g.kernel[0], KW = g.kernel[1];
+    FlatTaps f;
+    f.taps = KH * KW;
+    for (int64_t kh = 0; kh < KH; ++kh) {
+        for (int64_t kw = 0; kw < KW; ++kw) {
+            const int64_t t = kh * KW + kw, dh = kh * g.dilations[0] - g.pads_begin[0];
+            const int64_t dw = kw * g.dilations[1] - g.pads_begin[1];
+            f.shift[t] = dh * W + dw;
+            for (int64_t p = 0; p < kMaxFlatVecs * 16; ++p) {
+                const int64_t oh = p / W, ow = p % W;
+                const bool inside = oh < OH && oh + dh >= 0 && oh + dh < H && ow + dw >= 0 && ow + dw < W;
+                if (inside) f.mask[p / 16][t] = static_cast<__mmask16>(f.mask[p / 16][t] | (1u << (p % 16)));
+            }
+        }
+    }
+    return f;
+}
+
+// Planes c and c + 1 (kPlanes of them) of image n, kVecs vectors each.
+template <int kVecs, int kPlanes>
+__attribute__((target("avx512f"))) void flat_planes(const FlatTaps& f, const float* x, const float* w,
+                                                    const float* bias, int64_t in_plane, int64_t plane, int64_t c,
+                                                    float* y,
+                                                    const ConvEpilogue& e, const float* z, bool vector_act) {
+    __m512 acc[kPlanes][kVecs];
+#pragma GCC unroll 2
+    for (int q = 0; q < kPlanes; ++q) {
+        const __m512 start = _mm512_set1_ps(bias != nullptr ? bias[c + q] : 0.0f);
+#pragma GCC unroll 4
+        for (int v = 0; v < kVecs; ++v) acc[q][v] = start;
+    }
+    for (int64_t t = 0; t < f.taps; ++t) {
+#pragma GCC unroll 2
+        for (int q = 0; q < kPlanes; ++q) {
+            const __m512 wt = _mm512_set1_ps(w[(c + q) * f.taps + t]);
+            const float* src = x + q * in_plane + f.shift[t];
+#pragma GCC unroll 4
+            for (int v = 0; v < kVecs; ++v)
+                acc[q][v] = _mm512_fmadd_ps(wt, _mm512_maskz_loadu_ps(f.mask[v][t], src + 16 * v), acc[q][v]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int q = 0; q < kPlanes; ++q) {
+#pragma GCC unroll 4
+        for (int v = 0; v < kVecs; ++v) {
+            const int64_t live = std::min<int64_t>(16, plane - 16 * v);
+            const __mmask16 out_mask = static_cast<__mmask16>(live >= 16 ? 0xFFFFu : (1u << live) - 1u);
+            const int64_t at = q * plane + 16 * v;
+            if (z != nullptr) acc[q][v] = _mm512_add_ps(acc[q][v], _mm512_maskz_loadu_ps(out_mask, z + at));
+            if (vector_act) acc[q][v] = activate(acc[q][v], e);
+            _mm512_mask_storeu_ps(y + at, out_mask, acc[q][v]);
+        }
+    }
+}
+
+template <int kVecs>
+void flat_range(const FlatTaps& f, const WindowGeometry& g, const float* x, const float* w, const float* bias,
+                int64_t channels, int64_t first, int64_t last, float* y, const ConvEpilogue& e, const float* z,
+                bool vector_act) {
+    const int64_t in_plane = g.input[0] * g.input[1], plane = g.output[0] * g.output[1];
+    for (int64_t p = first; p < last;) {
+        const int64_t c = p % channels;
+        const float* zp = z != nullptr ? z + p * plane : nullptr;
+        // Pairs stay within one image (the bias and weights are per channel).
+        const int64_t count = p + 1 < last && c + 1 < channels ? 2 : 1;
+        const float* xp = x + p * in_plane;
+        if (count == 2) flat_planes<kVecs, 2>(f, xp, w, bias, in_plane, plane, c, y + p * plane, e, zp, vector_act);
+        else flat_planes<kVecs, 1>(f, xp, w, bias, in_plane, plane, c, y + p * plane, e, zp, vector_act);
+        if (!vector_act) e.apply(y + p * plane, static_cast<const float*>(nullptr), count * plane);
+        p += count;
+    }
+}
+
+bool depthwise_flat_applies(const WindowGeometry& g, int64_t multiplier) {
+    return multiplier == 1 && g.strides[0] == 1 && g.strides[1] == 1 && g.output[1] == g.input[1] &&
+           g.output[0] * g.output[1] <= kMaxFlatVecs * 16 && g.kernel[0] * g.kernel[1] <= kMaxFlatTaps;
+}
+
+void depthwise_conv2d_flat(ThreadPool& pool, const WindowGeometry& g, const float* x, const float* w,
+                           const float* bias, int64_t batch, int64_t channels, float* y, const ConvEpilogue& epilogue,
+                           const float* z) {
+    const FlatTaps f = flat_taps(g);
+    const int64_t plane = g.output[0] * g.output[1], vecs = (plane + 15) / 16;
+    const bool vector_act = vector_activation(epilogue);
+    const int64_t grain = std::max<int64_t>(2, 16384 / std::max<int64_t>(1, plane * f.taps));
+    pool.parallel_for(batch * channels, grain, [&](int64_t first, int64_t last) {
+        switch (vecs) {
+            case 1: flat_range<1>(f, g, x, w, bias, channels, first, last, y, epilogue, z, vector_act); break;
+            case 2: flat_range<2>(f, g, x, w, bias, channels, first, last, y, epilogue, z, vector_act); break;
+            case 3: flat_range<3>(f, g, x, w, bias, channels, first, last, y, epilogue, z, vector_act); break;
+            default: flat_range<4>(f, g, x, w, bias, channels, first, last, y, epilogue, z, vector_act); break;
+        }
+    });
+}
+
 }  // namespace
 
 bool max_pool2d_direct_supported(const WindowGeometry& g) {
@@ -463,6 +575,10 @@ void depthwise_conv2d_direct(ThreadPool& pool, const WindowGeometry& g, const fl
                              const ConvEpilogue& epilogue, const float* z) {
     const int64_t in_plane = g.input[0] * g.input[1], out_plane = g.output[0] * g.output[1];
     const int64_t taps = g.kernel[0] * g.kernel[1], multiplier = out_channels / in_channels;
+    if (depthwise_flat_applies(g, multiplier)) {
+        depthwise_conv2d_flat(pool, g, x, w, bias, batch, out_channels, y, epilogue, z);
+        return;
+    }
     if (depthwise_blocked_applies(g, multiplier)) {
         depthwise_conv2d_blocked(pool, g, x, w, bias, batch, out_channels, y, epilogue, z);
         return;
