@@ -8,9 +8,9 @@
 // on each other.
 //
 // Chunk i of a region goes first to thread i (the caller is thread 0), and a thread that is done takes any chunk
-// still unclaimed.  So consecutive regions that split the same index space the same way (a chain of convolutions
-// splitting their output rows into bands) keep each band on one core, where the previous operator left its data:
-// on two cores, reading the other core's half of an activation cost more than the whole layer on one.
+// still unclaimed.  So consecutive regions that split the same index space the same way keep each part on one
+// core, where the previous operator left its data: on two cores, a MobileNetV2 projection reading the other core's
+// half of its input took longer than the whole layer on one (180 against 132 us).
 #pragma once
 
 #include <atomic>
