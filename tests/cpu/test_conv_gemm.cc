@@ -1310,6 +1310,9 @@ const std::vector<PoolCase>& pool_cases() {
          .ceil_mode = true,
          .count_include_pad = true},
         {.x = {1, 64, 112, 112}, .kernel = {3, 3}, .strides = {2, 2}, .pads = {1, 1, 1, 1}},
+        // Windows that are the whole plane (ResNet's final 7x7 average pool) reduce each plane directly.
+        {.x = {1, 40, 7, 7}, .kernel = {7, 7}},
+        {.x = {2, 3, 37}, .kernel = {37}, .strides = {2}},
     };
     return cases;
 }
