@@ -88,13 +88,17 @@ bool parse_bool(const std::string& key, const std::string& text) {
     throw invalid_arg("parameter '" + key + "' must be true or false, not '" + text + "'");
 }
 
-int parse_int(const std::string& key, const std::string& text, int low, int high) {
+// An integer from `low` to `high`; the error says what the parameter takes (`allowed`, when the caller also
+// accepts names).
+int parse_int(const std::string& key, const std::string& text, int low, int high, const std::string& allowed = "") {
     const std::string value = trim(text);
     int result = 0;
     auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), result);
     if (value.empty() || ec != std::errc() || end != value.data() + value.size() || result < low || result > high)
-        throw invalid_arg("parameter '" + key + "' must be an integer from " + std::to_string(low) + " to " +
-                          std::to_string(high) + ", not '" + text + "'");
+        throw invalid_arg("parameter '" + key + "' must be " +
+                          (allowed.empty() ? "an integer from " + std::to_string(low) + " to " + std::to_string(high)
+                                           : allowed) +
+                          ", not '" + text + "'");
     return result;
 }
 
@@ -181,11 +185,10 @@ void parse_tessera_parameters(const nlohmann::json& parameters, TesseraOptions& 
         } else if (key == "optimization_level") {
             static const std::map<std::string, int> kNames = {
                 {"disabled", 0}, {"basic", 1}, {"extended", 2}, {"all", 3}};
-            auto named = kNames.find(lower(trim(text)));
-            if (named == kNames.end() && (trim(text).size() != 1 || trim(text)[0] < '0' || trim(text)[0] > '3'))
-                throw invalid_arg("parameter 'optimization_level' must be disabled, basic, extended or all (or 0 to "
-                                  "3), not '" + text + "'");
-            options.optimization_level = named != kNames.end() ? named->second : parse_int(key, text, 0, 3);
+            const auto named = kNames.find(lower(trim(text)));
+            options.optimization_level =
+                named != kNames.end() ? named->second
+                                      : parse_int(key, text, 0, 3, "disabled, basic, extended or all (or 0 to 3)");
         } else if (key == "strict") {
             options.strict = parse_bool(key, text);
         } else if (key == "plugin_dir") {
@@ -299,9 +302,9 @@ void validate_config_against_model(const ModelConfig& config, const tessera::Ses
     const bool batching = config.max_batch_size > 0;
 
     auto names_of = [](const std::vector<tessera::ValueInfo>& infos) {
-        std::string text;
-        for (const auto& info : infos) text += (text.empty() ? "" : ", ") + info.name;
-        return text.empty() ? std::string("none") : text;
+        std::vector<std::string> names;
+        for (const tessera::ValueInfo& info : infos) names.push_back(info.name);
+        return join(names, "none");
     };
     auto check_tensor = [&](const TensorConfig& tensor, const std::vector<tessera::ValueInfo>& infos,
                             const char* kind) {

@@ -45,9 +45,13 @@ struct PendingRequest {
 
 namespace {
 
+// The element count of `dims`.  Request shapes come from clients, so a negative dimension or a product that
+// overflows is an error rather than a wrapped count that would size the copies below.
 int64_t element_count(const std::vector<int64_t>& dims) {
     int64_t count = 1;
-    for (int64_t d : dims) count *= d;
+    for (int64_t d : dims)
+        if (d < 0 || __builtin_mul_overflow(count, d, &count))
+            throw invalid_arg("shape " + shape_text(dims) + " has no valid element count");
     return count;
 }
 
@@ -267,7 +271,10 @@ void ModelInstance::read_request(PendingRequest& pending) const {
                                   "' expects " + shape_text(model_info.dims));
         }
         if (const size_t element_size = triton_type_size(type); element_size != 0) {
-            const uint64_t expected_bytes = static_cast<uint64_t>(element_count(input.shape)) * element_size;
+            uint64_t expected_bytes = 0;
+            if (__builtin_mul_overflow(static_cast<uint64_t>(element_count(input.shape)), element_size,
+                                       &expected_bytes))
+                throw invalid_arg(what + " has shape " + shape_text(input.shape) + ", too large to hold");
             if (input.byte_size != expected_bytes)
                 throw invalid_arg(what + " has " + std::to_string(input.byte_size) + " bytes but its shape " +
                                   shape_text(input.shape) + " of " + TRITONSERVER_DataTypeString(type) + " needs " +

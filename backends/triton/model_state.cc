@@ -20,12 +20,6 @@ void forward_tessera_log(TessLogLevel level, const char* message) {
     }
 }
 
-std::string join(const std::vector<std::string>& names) {
-    std::string text;
-    for (const std::string& n : names) text += (text.empty() ? "" : ",") + n;
-    return text.empty() ? std::string("(default order)") : text;
-}
-
 bool is_regular_file(const std::string& path) {
     struct stat info {};
     return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
@@ -177,11 +171,11 @@ std::shared_ptr<tessera::Session> ModelState::create_session(const std::vector<s
         .strict(config_.options.strict)
         .optimization_level(config_.options.optimization_level);
     auto session = std::make_shared<tessera::Session>(*environment_, model_path_, &options);
-    std::string plan;
+    std::vector<std::string> plan;
     for (const tessera::PartitionInfo& partition : session->partitions())
-        plan += (plan.empty() ? "" : ", ") + partition.provider + " (" + std::to_string(partition.node_names.size()) +
-                " nodes)";
-    log_verbose("model '" + name_ + "': tessera session with providers " + join(providers) + ", partitions: " + plan);
+        plan.push_back(partition.provider + " (" + std::to_string(partition.node_names.size()) + " nodes)");
+    log_verbose("model '" + name_ + "': tessera session with providers " + join(providers, "(default order)") +
+                ", partitions: " + join(plan, "none"));
     return session;
 }
 
@@ -199,8 +193,8 @@ std::shared_ptr<tessera::Session> ModelState::session_for_instance(TRITONSERVER_
             session = create_session(providers);
         } catch (const tessera::Error& e) {
             throw BackendError(triton_code_for(e.code()), "model '" + name_ + "' instance '" + instance_name +
-                                                              "': tessera session with providers " + join(providers) +
-                                                              ": " + e.what());
+                                                              "': tessera session with providers " +
+                                                              join(providers, "(default order)") + ": " + e.what());
         }
     }
     if (config_.options.share_session) shared_sessions_[providers] = session;

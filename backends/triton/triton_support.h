@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "tessera/tessera.hpp"
 #include "triton/core/tritonbackend.h"
@@ -113,6 +114,15 @@ inline void log_and_delete(TRITONSERVER_Error* error, const char* what) noexcept
     } catch (...) {  // out of memory for the message: the line is dropped, never the process
     }
     TRITONSERVER_ErrorDelete(error);
+}
+
+// "a, b, c" for log lines and error messages; `if_empty` when there is nothing to list.
+inline std::string join(const std::vector<std::string>& items, const std::string& if_empty = "",
+                        const std::string& separator = ", ") {
+    if (items.empty()) return if_empty;
+    std::string text = items.front();
+    for (size_t i = 1; i < items.size(); ++i) text += separator + items[i];
+    return text;
 }
 
 // Triton's statistics are in nanoseconds of the steady clock.
