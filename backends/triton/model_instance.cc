@@ -401,11 +401,13 @@ void ModelInstance::execute(TRITONBACKEND_Request** requests, uint32_t request_c
         // Out of memory before anything started: every request still has to be answered and released.
         for (uint32_t i = 0; i < request_count; ++i) {
             TRITONBACKEND_Response* response = nullptr;
-            if (TRITONBACKEND_ResponseNew(&response, requests[i]) == nullptr) {
+            if (TRITONSERVER_Error* new_error = TRITONBACKEND_ResponseNew(&response, requests[i])) {
+                log_and_delete(new_error, "creating a response");
+            } else {
                 TRITONSERVER_Error* error = TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INTERNAL, "out of memory");
                 log_and_delete(TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, error),
                                "sending a response");
-                TRITONSERVER_ErrorDelete(error);
+                TRITONSERVER_ErrorDelete(error);  // ResponseSend leaves the error with us
             }
             log_and_delete(TRITONBACKEND_RequestRelease(requests[i], TRITONSERVER_REQUEST_RELEASE_ALL),
                            "releasing a request");
@@ -425,7 +427,10 @@ void ModelInstance::execute(TRITONBACKEND_Request** requests, uint32_t request_c
         try {
             read_request(request);
             bool cancelled = false;
-            if (TRITONBACKEND_RequestIsCancelled(request.request, &cancelled) == nullptr && cancelled)
+            // A failed check is not a cancellation: the request is served, and the error is logged and freed.
+            if (TRITONSERVER_Error* error = TRITONBACKEND_RequestIsCancelled(request.request, &cancelled))
+                log_and_delete(error, "checking whether a request was cancelled");
+            else if (cancelled)
                 throw BackendError(TRITONSERVER_ERROR_CANCELLED, "request cancelled");
         } catch (...) {
             request.fail(current_exception_to_triton());
