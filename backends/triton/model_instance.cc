@@ -1,5 +1,6 @@
 #include "model_instance.h"
 
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -134,8 +135,12 @@ tessera::Value gather_input(PendingRequest* const* batch, size_t count, size_t i
     if (count == 1 && first.buffer_count == 1 && first.byte_size > 0) {
         uint64_t size = 0;
         const char* data = input_buffer(first, 0, &size);
-        // Tessera reads run inputs and never writes them, so the request's buffer serves as it is.
-        return tessera::Value::tensor_over(type, dims, const_cast<char*>(data), size);
+        // Tessera reads run inputs and never writes them, so the request's buffer serves as it is, but only when it
+        // is aligned to the element size: kernels read it as typed elements, and HTTP binary data follows a JSON
+        // header of any length, so its address can be odd.  A misaligned buffer is copied below.
+        const size_t element_size = tessera::element_size(type);
+        if (element_size != 0 && reinterpret_cast<uintptr_t>(data) % element_size == 0)
+            return tessera::Value::tensor_over(type, dims, const_cast<char*>(data), size);
     }
     tessera::Value tensor = tessera::Value::tensor(type, dims);
     char* destination = static_cast<char*>(tensor.raw_data());
