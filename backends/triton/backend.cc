@@ -119,8 +119,8 @@ TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITO
     return nullptr;
 }
 
-// Instances of a model may be created in parallel: ModelState hands out sessions under a lock, and the
-// environments are shared under the backend's lock.
+// Instances of a model may be created in parallel: they compile their sessions in parallel while ModelState keeps
+// its bookkeeping of sessions under a lock, and the environments are shared under the backend's lock.
 TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_GetBackendAttribute(TRITONBACKEND_Backend* /*backend*/,
                                                                         TRITONBACKEND_BackendAttribute* attributes) {
     return guarded([&] {

@@ -74,12 +74,20 @@ nlohmann::json ModelState::read_config() const {
     return config;
 }
 
-// The kind the load-time session is compiled for: GPU when some instance group asks for a GPU.
+// The kind the load-time session is compiled for: that of some instance group, so that an instance of it will take
+// the session (GPU first, the costliest to compile again).  Triton's normalized configuration has at least one
+// group, each of count 1 or more, and KIND_AUTO already resolved to KIND_GPU or KIND_CPU.
 TRITONSERVER_InstanceGroupKind ModelState::load_kind(const nlohmann::json& config) const {
-    if (auto groups = config.find("instance_group"); groups != config.end() && groups->is_array())
-        for (const auto& group : *groups)
-            if (group.is_object() && group.value("kind", "") == "KIND_GPU") return TRITONSERVER_INSTANCEGROUPKIND_GPU;
-    return TRITONSERVER_INSTANCEGROUPKIND_CPU;
+    bool cpu = false, model = false;
+    if (auto groups = config.find("instance_group"); groups != config.end() && groups->is_array()) {
+        for (const auto& group : *groups) {
+            const std::string kind = group.is_object() ? group.value("kind", "") : "";
+            if (kind == "KIND_GPU") return TRITONSERVER_INSTANCEGROUPKIND_GPU;
+            cpu = cpu || kind == "KIND_CPU";
+            model = model || kind == "KIND_MODEL";
+        }
+    }
+    return model && !cpu ? TRITONSERVER_INSTANCEGROUPKIND_MODEL : TRITONSERVER_INSTANCEGROUPKIND_CPU;
 }
 
 ModelState::ModelState(TRITONBACKEND_Model* triton_model, BackendState& backend) : triton_model_(triton_model) {
@@ -179,27 +187,47 @@ std::shared_ptr<tessera::Session> ModelState::create_session(const std::vector<s
     return session;
 }
 
+std::shared_ptr<tessera::Session> ModelState::compile_for_instance(const std::vector<std::string>& providers,
+                                                                   const std::string& instance_name) const {
+    try {
+        return create_session(providers);
+    } catch (const tessera::Error& e) {
+        throw BackendError(triton_code_for(e.code()), "model '" + name_ + "' instance '" + instance_name +
+                                                          "': tessera session with providers " +
+                                                          join(providers, "(default order)") + ": " + e.what());
+    }
+}
+
+// Sessions are compiled outside sessions_mutex_, which guards only the bookkeeping, so that Triton's parallel
+// instance loading compiles them in parallel.
 std::shared_ptr<tessera::Session> ModelState::session_for_instance(TRITONSERVER_InstanceGroupKind kind,
                                                                    const std::string& instance_name) {
     const std::vector<std::string> providers = providers_for(kind);
-    std::lock_guard<std::mutex> lock(sessions_mutex_);
-    if (config_.options.share_session)
-        if (auto shared = shared_sessions_.find(providers); shared != shared_sessions_.end()) return shared->second;
-    std::shared_ptr<tessera::Session> session;
-    if (load_session_ && load_session_providers_ == providers) {
-        session = std::move(load_session_);
-    } else {
-        try {
-            session = create_session(providers);
-        } catch (const tessera::Error& e) {
-            throw BackendError(triton_code_for(e.code()), "model '" + name_ + "' instance '" + instance_name +
-                                                              "': tessera session with providers " +
-                                                              join(providers, "(default order)") + ": " + e.what());
+    std::unique_lock<std::mutex> lock(sessions_mutex_);
+    // Shared: the first instance with these providers makes the session and the others wait for it, so that it is
+    // compiled once.  A failed compile fails the model's load, and this state with it.
+    const bool shared = config_.options.share_session;
+    if (shared) {
+        if (auto found = shared_sessions_.find(providers); found != shared_sessions_.end()) {
+            std::shared_future<std::shared_ptr<tessera::Session>> future = found->second;
+            lock.unlock();
+            return future.get();  // rethrows the first instance's compile error
         }
     }
-    if (config_.options.share_session) shared_sessions_[providers] = session;
-    // The load-time session is not needed once every kind has its sessions; keeping it would hold its memory.
-    if (load_session_ && load_session_providers_ != providers) load_session_.reset();
+    // The load-time session goes to the first instance with its providers.  An instance of another kind leaves it
+    // there: load_kind chose a kind that has instances, so one will come for it.
+    std::shared_ptr<tessera::Session> session;
+    if (load_session_ && load_session_providers_ == providers) session = std::move(load_session_);
+    std::promise<std::shared_ptr<tessera::Session>> promise;
+    if (shared) shared_sessions_.emplace(providers, promise.get_future().share());
+    lock.unlock();
+    try {
+        if (!session) session = compile_for_instance(providers, instance_name);
+    } catch (...) {
+        if (shared) promise.set_exception(std::current_exception());
+        throw;
+    }
+    if (shared) promise.set_value(session);
     return session;
 }
 

@@ -8,6 +8,7 @@
 // the parameter share_session the instances of one kind share one session (tess_session_run is thread-safe).
 #pragma once
 
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -58,6 +59,9 @@ public:
 private:
     std::vector<std::string> providers_for(TRITONSERVER_InstanceGroupKind kind) const;
     std::shared_ptr<tessera::Session> create_session(const std::vector<std::string>& providers) const;
+    // create_session for an instance, its errors naming the instance.
+    std::shared_ptr<tessera::Session> compile_for_instance(const std::vector<std::string>& providers,
+                                                           const std::string& instance_name) const;
     nlohmann::json read_config() const;
     TRITONSERVER_InstanceGroupKind load_kind(const nlohmann::json& config) const;
 
@@ -69,12 +73,14 @@ private:
     std::shared_ptr<tessera::Env> environment_;
     std::map<std::string, tessera::ValueInfo> model_inputs_;
 
-    std::mutex sessions_mutex_;  // Triton may initialize instances in parallel
-    // The session made while loading (to read the model's inputs and outputs), handed to the first instance that
+    // Triton may initialize instances in parallel: this guards the three members below, never a compile.
+    std::mutex sessions_mutex_;
+    // The session made while loading (to read the model's inputs and outputs), kept for the first instance that
     // runs with the same providers so that no session is compiled twice.
     std::shared_ptr<tessera::Session> load_session_;
     std::vector<std::string> load_session_providers_;
-    std::map<std::vector<std::string>, std::shared_ptr<tessera::Session>> shared_sessions_;
+    // With share_session: the session of each provider list, ready once its first instance has compiled it.
+    std::map<std::vector<std::string>, std::shared_future<std::shared_ptr<tessera::Session>>> shared_sessions_;
 };
 
 }  // namespace tessera_triton
