@@ -8,6 +8,10 @@
 #   DIR/lib/cmake/Tessera/                        find_package(Tessera): TesseraConfig.cmake, TesseraConfigVersion.cmake,
 #                                                 TesseraTargets*.cmake, tessera-plugin.map (the plugin version script)
 #   DIR/lib/pkgconfig/tessera.pc                  pkg-config --cflags --libs tessera
+#   DIR/backends/tessera/libtriton_tessera.so     the Triton Inference Server backend (backends/triton; absent when
+#                                                 TESSERA_BUILD_TRITON_BACKEND is OFF or nlohmann_json is missing):
+#                                                 Triton's layout, so that a prefix of /opt/tritonserver puts it where
+#                                                 the server looks; it finds libtessera in DIR/lib through its RPATH
 #
 # Everything is relocatable: the package files locate the prefix from their own position, so the tree may be moved
 # or unpacked anywhere.
