@@ -50,13 +50,14 @@ def repo(work_dir) -> Path:
     # dims [-1] where the model says 16: Triton lets any length through, the backend checks the model's dimension.
     harness.write_model(repo, "dense_loose", DENSE_CONFIG.replace("dims: [ 16 ]", "dims: [ -1 ]")
                         .replace("count: 2", "count: 1"), dense)
-    # Requests of different lengths may share a batch (allow_ragged_batch); the batcher waits up to 3 s for 4.
+    # Requests of different lengths may share a batch (allow_ragged_batch); the batcher waits up to 10 s for 4, a
+    # margin for a loaded machine (the test sends all four at once and the batch runs as soon as they are there).
     harness.write_model(repo, "row_sum", """
 backend: "tessera"
 max_batch_size: 8
 input [ { name: "x", data_type: TYPE_FP32, dims: [ -1 ], allow_ragged_batch: true } ]
 output [ { name: "y", data_type: TYPE_FP32, dims: [ 1 ] } ]
-dynamic_batching { preferred_batch_size: [ 4 ], max_queue_delay_microseconds: 3000000 }
+dynamic_batching { preferred_batch_size: [ 4 ], max_queue_delay_microseconds: 10000000 }
 instance_group [ { kind: KIND_CPU, count: 1 } ]
 """, models.row_sum_model())
     harness.write_model(repo, "echo", 'backend: "tessera"\nmax_batch_size: 4\n', models.string_echo_model())

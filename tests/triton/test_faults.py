@@ -66,51 +66,89 @@ def test_broken_model_fails_to_load_while_others_serve(fault_repo, work_dir):
         server.stop()
 
 
-def run_clients(url: str, clients: int, requests_each: int, seconds: float, results: list, stop: threading.Event):
-    """`clients` threads sending dense requests; each result is (client, index, 'ok'|'error', detail)."""
-    def client_loop(client_id: int):
-        client = httpclient.InferenceServerClient(url, connection_timeout=5, network_timeout=30)
-        deadline = time.monotonic() + seconds
-        for index in range(requests_each):
-            if stop.is_set() or time.monotonic() > deadline:
-                break
-            x = request_input(client_id, index)
-            try:
-                y = client.infer("dense", dense_request(x)).as_numpy("y")
-                assert_dense_output(x, y)
-                results.append((client_id, index, "ok", None))
-            except InferenceServerException as error:
-                results.append((client_id, index, "error", str(error)))
-        client.close()
+class ClientRun:
+    """`clients` threads sending dense requests.  Every attempt is recorded before it is sent, and every answer
+    after: 'ok' (the output of its own input), 'error' (the server refused it) or 'unexpected' (anything else: a
+    wrong output, a timeout, a broken connection), so that nothing a thread meets can go unnoticed."""
 
-    threads = [threading.Thread(target=client_loop, args=(c,)) for c in range(clients)]
-    for t in threads:
-        t.start()
-    return threads
+    def __init__(self, url: str, clients: int, requests_each: int, seconds: float):
+        self.lock = threading.Lock()
+        self.attempts: list[tuple[int, int]] = []
+        self.answers: dict[tuple[int, int], list[tuple[str, str | None]]] = {}
+        self.threads = [threading.Thread(target=self._client_loop, args=(url, c, requests_each, seconds),
+                                         daemon=True) for c in range(clients)]
+        for t in self.threads:
+            t.start()
+
+    def _answer(self, key: tuple[int, int], outcome: str, detail: str | None = None) -> None:
+        with self.lock:
+            self.answers.setdefault(key, []).append((outcome, detail))
+
+    def _client_loop(self, url: str, client_id: int, requests_each: int, seconds: float) -> None:
+        client = None
+        key = (client_id, -1)  # an error before the first request is recorded under index -1
+        try:
+            client = httpclient.InferenceServerClient(url, connection_timeout=5, network_timeout=30)
+            deadline = time.monotonic() + seconds
+            for index in range(requests_each):
+                if time.monotonic() > deadline:
+                    break
+                key = (client_id, index)
+                x = request_input(client_id, index)
+                with self.lock:
+                    self.attempts.append(key)
+                try:
+                    y = client.infer("dense", dense_request(x)).as_numpy("y")
+                    assert_dense_output(x, y)
+                    self._answer(key, "ok")
+                except InferenceServerException as error:
+                    self._answer(key, "error", str(error))
+                except Exception as error:
+                    self._answer(key, "unexpected", f"{type(error).__name__}: {error}")
+        except Exception as error:
+            self._answer(key, "unexpected", f"{type(error).__name__}: {error}")
+        finally:
+            if client is not None:
+                client.close()
+
+    def answered(self) -> int:
+        with self.lock:
+            return len(self.answers)
+
+    def join(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        for t in self.threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        assert not any(t.is_alive() for t in self.threads), "a client hung"
 
 
 def test_unload_in_the_middle_of_load_finishes_or_fails_requests_cleanly(fault_repo, work_dir):
     server = harness.Server(fault_repo, work_dir, name="unload", load=("dense",)).start(wait_for=("dense",))
     try:
         control = server.http()
-        results: list = []
-        stop = threading.Event()
-        threads = run_clients(server.http_url, clients=4, requests_each=150, seconds=60, results=results, stop=stop)
+        run = ClientRun(server.http_url, clients=4, requests_each=150, seconds=60)
         deadline = time.monotonic() + 30
-        while len(results) < 40 and time.monotonic() < deadline:
+        while run.answered() < 40 and time.monotonic() < deadline:
             time.sleep(0.01)
         control.unload_model("dense")
-        for t in threads:
-            t.join(timeout=90)
-        assert not any(t.is_alive() for t in threads), "a client hung after the unload"
-        ok = [r for r in results if r[2] == "ok"]
-        errors = [r for r in results if r[2] == "error"]
+        run.join(90)
+        # Every attempted request got exactly one answer (and nothing was answered that was not attempted)...
+        assert len(run.attempts) == len(set(run.attempts))
+        assert set(run.answers) == set(run.attempts), set(run.answers) ^ set(run.attempts)
+        doubled = {k: v for k, v in run.answers.items() if len(v) != 1}
+        assert not doubled, doubled
+        outcomes = {k: v[0] for k, v in run.answers.items()}
+        # ...which is its own output or a clean server error: nothing else.
+        unexpected = {k: v for k, v in outcomes.items() if v[0] not in ("ok", "error")}
+        assert not unexpected, unexpected
+        ok = [k for k, v in outcomes.items() if v[0] == "ok"]
+        errors = {k: v[1] for k, v in outcomes.items() if v[0] == "error"}
         assert len(ok) >= 40
         # Requests after the unload began fail with Triton's "not ready/unavailable" error, never with garbage.
         assert errors, "no request saw the unload"
         expected_words = ("unavailable", "not ready", "not found", "unknown model", "no available versions")
-        for _, _, _, message in errors:
-            assert any(w in message.lower() for w in expected_words), message
+        for key, message in errors.items():
+            assert any(w in message.lower() for w in expected_words), (key, message)
         assert not control.is_model_ready("dense")
         # Loaded again, it serves again.
         control.load_model("dense")
@@ -231,7 +269,7 @@ def test_two_servers_behind_a_failover_client_lose_no_request(fault_repo, work_d
                     answers[(client_id, index)] = outcome
             client.close()
 
-        threads = [threading.Thread(target=client_loop, args=(c,)) for c in range(clients)]
+        threads = [threading.Thread(target=client_loop, args=(c,), daemon=True) for c in range(clients)]
         for t in threads:
             t.start()
         deadline = time.monotonic() + 30

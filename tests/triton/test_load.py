@@ -22,6 +22,8 @@ REQUESTS_EACH = int(os.environ.get("TRITON_LOAD_REQUESTS", "200"))
 DIMS = tuple(int(d) for d in os.environ.get("TRITON_LOAD_DIMS", "512,2048,512").split(","))
 QUEUE_DELAY_US = int(os.environ.get("TRITON_LOAD_QUEUE_DELAY_US", "500"))
 SECONDS_LIMIT = 240.0    # per configuration; the loop stops there and the test fails if requests are missing
+# Each gRPC call is bounded: a dropped request fails as an error of its own instead of hanging until ctest's timeout.
+GRPC_TIMEOUT_S = 60
 
 BASE_CONFIG = f"""
 backend: "tessera"
@@ -86,7 +88,8 @@ def run_load(send_factory) -> tuple[list[float], float, dict]:
                     latencies.append(elapsed)
         close()
 
-    threads = [threading.Thread(target=client_loop, args=(c,)) for c in range(CLIENTS)]
+    # Daemon threads: a client stuck past the join's timeout fails the test below and does not hold pytest open.
+    threads = [threading.Thread(target=client_loop, args=(c,), daemon=True) for c in range(CLIENTS)]
     for t in threads:
         t.start()
     start_gate.wait(timeout=60)
@@ -118,7 +121,8 @@ def grpc_sender(url: str, model: str):
         def send(x):
             tensor = grpcclient.InferInput("x", list(x.shape), "FP32")
             tensor.set_data_from_numpy(x)
-            return client.infer(model, [tensor], outputs=[grpcclient.InferRequestedOutput("y")]).as_numpy("y")
+            return client.infer(model, [tensor], outputs=[grpcclient.InferRequestedOutput("y")],
+                                client_timeout=GRPC_TIMEOUT_S).as_numpy("y")
         return send, client.close
     return factory
 
