@@ -25,6 +25,20 @@ RESULTS_FILE = os.environ.get("TRITON_TEST_RESULTS")     # JSON of the measured 
 LOOPBACK = "127.0.0.1"
 
 
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for the server and `tessera run`: run_tests.sh's settings for the test process alone (one BLAS
+    thread, named in TRITON_TEST_PROCESS_ONLY) are put back to the caller's values, then `extra` applies."""
+    env = dict(os.environ)
+    for var in env.get("TRITON_TEST_PROCESS_ONLY", "").split():
+        outer = env.pop(f"TRITON_TEST_OUTER_{var}", None)
+        if outer is None:
+            env.pop(var, None)
+        else:
+            env[var] = outer
+    env.update(extra or {})
+    return env
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((LOOPBACK, 0))
@@ -54,7 +68,7 @@ class Server:
         self.repo, self.log_path = Path(repo), Path(log_dir) / f"{name}.log"
         self.backend_dir = backend_dir
         self.load, self.extra_args = load, extra_args
-        self.env = {**os.environ, **(env or {})}
+        self.env = child_env(env)
         self.process: subprocess.Popen | None = None
         self.http_port = self.grpc_port = 0
 
@@ -163,15 +177,17 @@ class Server:
 
 
 def tessera_run(model: Path, inputs: dict[str, np.ndarray], threads: int | None = None) -> dict[str, np.ndarray]:
-    """The outputs of `tessera run MODEL --input NAME=FILE.npy ... --output-dir DIR`, by output file name."""
+    """The outputs of `tessera run MODEL --providers cpu --input NAME=FILE.npy ... --output-dir DIR`, by output file
+    name.  CPU only, as the served KIND_CPU instances run: with a GPU present, Tessera's default order would put
+    CUDA first and its results need not be bit-identical to the CPU provider's."""
     with tempfile.TemporaryDirectory() as tmp:
-        args = [TESSERA_CLI, "run", str(model), "--output-dir", f"{tmp}/out"]
+        args = [TESSERA_CLI, "run", str(model), "--providers", "cpu", "--output-dir", f"{tmp}/out"]
         for i, (name, value) in enumerate(inputs.items()):
             np.save(f"{tmp}/in{i}.npy", value)
             args += ["--input", f"{name}={tmp}/in{i}.npy"]
         if threads is not None:
             args += ["--threads", str(threads)]
-        done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(args, capture_output=True, text=True, timeout=300, env=child_env())
         assert done.returncode == 0, f"tessera run failed: {done.stdout}\n{done.stderr}"
         return {p.stem: np.load(p) for p in Path(f"{tmp}/out").glob("*.npy")}
 

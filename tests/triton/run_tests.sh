@@ -22,7 +22,10 @@ fi
 if ! cmp -s "$here/requirements.txt" "$venv/requirements.txt" 2>/dev/null; then
   rm -rf "$venv"
   python3 -m venv "$venv" || skip "python3 -m venv failed"
-  if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$here/requirements.txt"; then
+  # Without PyPI, each request pip makes fails after 3 tries of 20 s (pip's default: 6 tries of 15 s), so the skip
+  # comes sooner.
+  if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check --timeout 20 --retries 2 \
+       -r "$here/requirements.txt"; then
     rm -rf "$venv"
     skip "pip could not install $here/requirements.txt" \
          "(nvidia-pytriton==0.7.0 carries the tritonserver binary; is PyPI reachable?)"
@@ -43,7 +46,13 @@ export TRITONSERVER="$server" TRITON_TEST_BACKEND_DIR="$backend_dir" TESSERA_CLI
 export TESSERA_BACKEND_DATA="$data_dir" TRITON_TEST_RESULTS="$results" TRITON_TEST_WORK="$work"
 export TRITON_TEST_BUILD_DIR="$build_dir"
 export PYTHONPATH="$here/../../bindings/python${PYTHONPATH:+:$PYTHONPATH}"
-# One BLAS thread in the test process: its numpy must not compete with the server for the cores it measures.
+# One BLAS thread in the test process: its numpy must not compete with the server for the cores it measures.  The
+# server and `tessera run` are to run as they would anywhere, so harness.child_env() gives them back the caller's
+# values (TRITON_TEST_OUTER_*; unset when the caller had none).
+export TRITON_TEST_PROCESS_ONLY="OPENBLAS_NUM_THREADS OMP_NUM_THREADS"
+for var in $TRITON_TEST_PROCESS_ONLY; do
+  if [ -n "${!var+set}" ]; then export "TRITON_TEST_OUTER_$var=${!var}"; else unset "TRITON_TEST_OUTER_$var"; fi
+done
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 rm -f "$results"
 cd "$here"
