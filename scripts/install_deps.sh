@@ -5,11 +5,12 @@ cd "$(dirname "$0")/.."
 
 # clang, libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) and ninja-build serve scripts/fuzz.sh and
 # scripts/sanitize.sh, which .ci/run runs after the tests.  nlohmann-json3-dev: the Triton backend reads and writes
-# model configurations as JSON (backends/triton).
+# model configurations as JSON (backends/triton).  python3-venv: the Triton test (tests/triton/run_tests.sh) and
+# benchmarks/compare.py make venvs, and Debian's python3 cannot without it (the Triton test would be skipped).
 packages=(build-essential cmake pkg-config libprotobuf-dev protobuf-compiler libonnx-dev libboost-dev
           libboost-filesystem-dev libfmt-dev libopenblas-dev libopenblas0-serial libgtest-dev graphviz python3-pip
           libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev libzip-dev
-          clang libclang-rt-14-dev ninja-build nlohmann-json3-dev)
+          clang libclang-rt-14-dev ninja-build nlohmann-json3-dev python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
