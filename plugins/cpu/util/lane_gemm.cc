@@ -253,8 +253,9 @@ void lane_gemm_positions(const LanePackedFilters& A, int64_t panel, const float*
     alignas(64) float results[kPositionChunk * kLanePanelWidth];
     for (int64_t j0 = 0; j0 < count; j0 += kPositionChunk) {
         const int64_t chunk = std::min(kPositionChunk, count - j0);
-        // Each tile fetches its counterpart in the next chunk, so together they cover the next chunk's runs.
-        const int64_t prefetch = j0 + chunk < count ? kPositionChunk : 0;
+        // Each tile fetches its counterpart in the next chunk, so together they cover the next chunk's runs; past
+        // the last chunk, the positions that follow, which the thread's next task (the next block of rows) reads.
+        const int64_t prefetch = kPositionChunk;
         for (int64_t r = 0; r < chunk; r += tile_height) {
             const int64_t rows = std::min(tile_height, chunk - r);
             tile_fns[rows - 1](A.depth(), A.panel(panel), x + j0 + r, row_offsets, 0, panel_bias,
