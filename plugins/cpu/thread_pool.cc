@@ -49,7 +49,9 @@ void ThreadPool::stop_workers() {
 }
 
 void ThreadPool::worker(int index) {
-    uint64_t seen = epoch_.load(std::memory_order_acquire);
+    // Epoch 0 is the pool's before any region: a worker that starts running only after the first region was
+    // posted must still see it as new (reading the epoch here made such a worker skip it).
+    uint64_t seen = 0;
     for (;;) {
         // Spin for the next region, then sleep.
         const auto spin_until = std::chrono::steady_clock::now() + kSpinBeforeSleep;

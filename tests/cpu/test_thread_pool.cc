@@ -1,10 +1,16 @@
-// The intra-op thread pool: a failure to start its threads is one clean error, never a hang or a crash.
+// The intra-op thread pool: a failure to start its threads is one clean error, never a hang or a crash; every index
+// runs once; chunk i goes to thread i.
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -62,4 +68,24 @@ TEST(ThreadPool, RunsEveryIndexOnce) {
         for (int64_t i = begin; i < end; ++i) ++hits[static_cast<size_t>(i)];
     });
     for (int h : hits) EXPECT_EQ(h, 1);
+}
+
+// Chunk i of every region goes to thread i (the caller is thread 0), so that consecutive operators splitting the same
+// index space find their data in the cache of the core that wrote it.  Each chunk waits until all four have started,
+// so no thread can finish early and take another's chunk: the mapping is then exactly the preferred one.
+TEST(ThreadPool, ChunkIGoesToThreadIInEveryRegion) {
+    tessera::cpu::ThreadPool pool(4);
+    std::array<std::thread::id, 4> first{}, second{};
+    for (auto* ids : {&first, &second}) {
+        std::atomic<int> started{0};
+        pool.parallel_for(4, 1, [&](int64_t begin, int64_t end) {
+            for (int64_t c = begin; c < end; ++c) (*ids)[static_cast<size_t>(c)] = std::this_thread::get_id();
+            started.fetch_add(1);
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            while (started.load() < 4 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+        });
+    }
+    EXPECT_EQ(first[0], std::this_thread::get_id());
+    EXPECT_EQ(std::set<std::thread::id>(first.begin(), first.end()).size(), 4u);
+    EXPECT_EQ(first, second);
 }
