@@ -1022,6 +1022,31 @@ TEST(FusedConvOp, RunsAgainWithOtherInputs) {
     }
 }
 
+TEST(FusedConvOp, LaneKernelsRunAnInputOtherThanTheDeclaredOne) {
+    // Created for a declared 7x7 input (the lane kernels, with row offsets made for it), run on 9x9 and 7x7.
+    const ConvCase declared{.x = {1, 32, 7, 7},
+                            .out_channels = 64,
+                            .kernel = {3, 3},
+                            .pads = {1, 1, 1, 1},
+                            .constant_weights = true,
+                            .declare_x_shape = true};
+    const Shape w_shape{64, 32, 3, 3};
+    const auto w = random_values<float>(shape_size(w_shape), 23);
+    const auto b = random_values<float>(64, 24);
+    NodeBuilder node("FusedConv", 1, kFusedConvDomain);
+    build_fused_conv_node(node, declared, tensor<float>(w_shape, w), FusedActivation{}, false);
+    auto kernel = testing::create_kernel(registry(), node);
+    for (const int64_t size : {9, 7}) {
+        SCOPED_TRACE("input " + std::to_string(size) + "x" + std::to_string(size));
+        ConvCase c = declared;
+        c.x = {1, 32, size, size};
+        const auto x = random_values<float>(shape_size(c.x), 50 + static_cast<uint32_t>(size));
+        const auto outputs = testing::run_kernel(*kernel, node, {tensor<float>(c.x, x), nullptr, tensor<float>({64}, b)});
+        const auto expected = reference_conv(c, conv_geometry(c), widen(x), widen(w), widen(b));
+        expect_near_all(values_of<float>(*outputs[0]), expected, 2e-5, "FusedConv on another input size");
+    }
+}
+
 // Runs `fn` and checks that it throws `E` whose message contains every one of `parts`.
 template <typename E, typename Fn>
 void expect_error_naming(Fn&& fn, const std::vector<std::string>& parts) {

@@ -278,6 +278,7 @@ public:
                     winograd_ = WinogradFilters(W.ptr<float>(), W.shape[0], W.shape[1]);
                 } else if (group_ == 1 && declared && lanes_pay_off(*declared, W.shape[0])) {
                     lane_filters_ = LanePackedFilters(W.ptr<float>(), W.shape[0], depth, depth);
+                    lane_offsets_ = LaneOffsets{declared->input, W.shape[1], lane_tap_offsets(*declared, W.shape[1])};
                 } else {
                     packed_filters_ = pack_filters(W.ptr<float>(), W.shape[0], depth);
                 }
@@ -419,7 +420,10 @@ private:
         const DirectPlan plan = plan_direct(g);
         const int64_t plane = plan.Hq * plan.Wq;
         const int64_t channel_stride = plan.in_place ? H * W : plan.phases * plane;
-        const std::vector<int64_t> offsets = tap_offsets(plan, g, C, channel_stride);
+        // The declared input's offsets were made with the kernel; another input shape makes its own.
+        std::vector<int64_t> own_offsets;
+        if (lane_offsets_.input != g.input || lane_offsets_.channels != C) own_offsets = lane_tap_offsets(g, C);
+        const std::vector<int64_t>& offsets = own_offsets.empty() ? lane_offsets_.offsets : own_offsets;
         float* phase_buffer = plan.in_place ? nullptr : call_buffer<float, 0>(C * channel_stride + plan.reach);
         const int64_t panels = lane_filters_.panels(), width = lane_filters_.panel_width();
         // Enough tasks to keep every thread busy; whole panels when there are plenty.  With few panels (the narrow
@@ -457,6 +461,13 @@ private:
                 }
             });
         }
+    }
+
+    // The row offsets run_lanes reads the (phase planes of the) input through, for C channels.
+    static std::vector<int64_t> lane_tap_offsets(const WindowGeometry& g, int64_t C) {
+        const DirectPlan plan = plan_direct(g);
+        const int64_t channel_stride = plan.in_place ? g.input[0] * g.input[1] : plan.phases * plan.Hq * plan.Wq;
+        return tap_offsets(plan, g, C, channel_stride);
     }
 
     // One set of packed panels per group; W is [M, C / group, kernel...].
@@ -725,6 +736,12 @@ private:
 
     std::vector<PackedFilters> packed_filters_;  // per group, when the filters are constant
     LanePackedFilters lane_filters_;             // or for the lane kernels (one group)
+    struct LaneOffsets {
+        Shape input;  // the declared input's spatial shape and channels they were made for
+        int64_t channels = 0;
+        std::vector<int64_t> offsets;
+    };
+    LaneOffsets lane_offsets_;                   // the lane kernels' row offsets for the declared input
     WinogradFilters winograd_;                   // or transformed for Winograd (3x3, stride 1, one group)
     PointwiseFilters pointwise_;                 // or packed for pointwise layers (1x1, stride 1, no padding)
     Shape packed_shape_;                         // W's shape when packed_filters_ or lane_filters_ holds it
