@@ -85,7 +85,7 @@ alignas(64) const float kZeroRow[kZeroRowWidth] = {};
 // accumulators (8) keep both FMA pipes busy: fewer would wait out the FMA latency at every tap.
 template <int kStride, int kRows, int kCols>
 __attribute__((target("avx512f"))) void window_tile(const WindowGeometry& g, const float* x, const __m512* weights,
-                                                    const float* w, bool hoisted, __m512 bias,
+                                                    const float* w, bool hoisted, const __m512& bias,
                                                     const ColumnTaps<kStride>* c, int64_t oh, int64_t ow0, float* y,
                                                     const ConvEpilogue& e, const float* z, bool vector_act) {
     const int64_t H = g.input[0], W = g.input[1], OW = g.output[1];
@@ -133,7 +133,7 @@ const float* lowest_row() {
 // padding are the lowest float, no weights, no epilogue) instead of a multiply-add from the bias.
 template <int kStride, int kRows, int kCols, bool kMax = false>
 __attribute__((target("avx512f"))) void window3x3_tile(const WindowGeometry& g, const float* x, const __m512* weights,
-                                                       __m512 start, const ColumnTaps<kStride>* c, int64_t oh,
+                                                       const __m512& start, const ColumnTaps<kStride>* c, int64_t oh,
                                                        int64_t ow0, float* y, const ConvEpilogue* e, const float* z,
                                                        bool vector_act) {
     constexpr int kInputRows = (kRows - 1) * kStride + 3;
@@ -181,7 +181,9 @@ __attribute__((target("avx512f"))) void window3x3_tile(const WindowGeometry& g, 
 }
 
 // Calls tile(std::integral_constant<int, R>(), oh) over rows [oh, oh_end): kMain rows at a time, then 4, then the
-// rest, so that every tile has a compile-time height.
+// rest, so that every tile has a compile-time height.  The tiles take their vectors by reference: the lambdas that
+// call them are not compiled for AVX-512, and passing an __m512 by value there would change the calling convention
+// (clang refuses it).
 template <int kMain, typename Tile>
 inline void row_tiles(int64_t oh, int64_t oh_end, Tile&& tile) {
     for (; oh + kMain <= oh_end; oh += kMain) tile(std::integral_constant<int, kMain>(), oh);
@@ -203,7 +205,7 @@ inline void row_tiles(int64_t oh, int64_t oh_end, Tile&& tile) {
 // takes the 3x3 tiles (plane() checks that they apply).
 template <int kStride, int kCols, int kKW>
 void column_rows(const WindowGeometry& g, const float* x, const __m512* weights, const float* w, bool hoisted,
-                 __m512 bias, const ColumnTaps<kStride>* c, int64_t oh, int64_t oh_end, int64_t ow0, float* y,
+                 const __m512& bias, const ColumnTaps<kStride>* c, int64_t oh, int64_t oh_end, int64_t ow0, float* y,
                  const ConvEpilogue& e, const float* z, bool vector_act) {
     row_tiles<8 / kCols>(oh, oh_end, [&](auto rows, int64_t at) {
         if constexpr (kKW == 3)
