@@ -20,36 +20,31 @@ from conftest import LIGHT
 GRPC_TIMEOUT_S = 60
 
 
-def infer_http(server, model: str, inputs: dict[str, np.ndarray], outputs: list[str] | None = None):
-    client = server.http()
+def _infer(client, protocol, output_names, model: str, inputs: dict[str, np.ndarray], outputs: list[str] | None,
+           **options):
+    """One request through `client` of the tritonclient module `protocol` (http or grpc); its outputs by name
+    (`output_names(result)` lists them when `outputs` does not)."""
     try:
         request = []
         for name, value in inputs.items():
-            tensor = httpclient.InferInput(name, list(value.shape), _triton_type(value))
+            tensor = protocol.InferInput(name, list(value.shape), _triton_type(value))
             tensor.set_data_from_numpy(value)
             request.append(tensor)
-        wanted = [httpclient.InferRequestedOutput(o) for o in outputs] if outputs else None
-        result = client.infer(model, request, outputs=wanted)
-        names = outputs or [o["name"] for o in result.get_response()["outputs"]]
-        return {n: result.as_numpy(n) for n in names}
+        wanted = [protocol.InferRequestedOutput(o) for o in outputs] if outputs else None
+        result = client.infer(model, request, outputs=wanted, **options)
+        return {n: result.as_numpy(n) for n in outputs or output_names(result)}
     finally:
         client.close()
+
+
+def infer_http(server, model: str, inputs: dict[str, np.ndarray], outputs: list[str] | None = None):
+    return _infer(server.http(), httpclient, lambda r: [o["name"] for o in r.get_response()["outputs"]], model, inputs,
+                  outputs)
 
 
 def infer_grpc(server, model: str, inputs: dict[str, np.ndarray], outputs: list[str] | None = None):
-    client = server.grpc()
-    try:
-        request = []
-        for name, value in inputs.items():
-            tensor = grpcclient.InferInput(name, list(value.shape), _triton_type(value))
-            tensor.set_data_from_numpy(value)
-            request.append(tensor)
-        wanted = [grpcclient.InferRequestedOutput(o) for o in outputs] if outputs else None
-        result = client.infer(model, request, outputs=wanted, client_timeout=GRPC_TIMEOUT_S)
-        names = outputs or [o.name for o in result.get_response().outputs]
-        return {n: result.as_numpy(n) for n in names}
-    finally:
-        client.close()
+    return _infer(server.grpc(), grpcclient, lambda r: [o.name for o in r.get_response().outputs], model, inputs,
+                  outputs, client_timeout=GRPC_TIMEOUT_S)
 
 
 def _triton_type(value: np.ndarray) -> str:
