@@ -215,13 +215,12 @@ void column_rows(const WindowGeometry& g, const float* x, const __m512* weights,
     });
 }
 
-// Rows [oh_begin, oh_end) of one output plane, two column vectors at a time while two are left.  kStride is the
+// One output plane, two column vectors at a time while two are left.  kStride is the
 // column stride (1 or 2); rows may have any stride and dilation.
 template <int kStride, int kKW>
 __attribute__((target("avx512f"))) void plane_rows(const WindowGeometry& g, const float* x, const float* w, float bias,
-                                                   int64_t oh_begin, int64_t oh_end, float* y, const ConvEpilogue& e,
-                                                   const float* z, bool vector_act) {
-    const int64_t OW = g.output[1], KH = g.kernel[0], KW = g.kernel[1];
+                                                   float* y, const ConvEpilogue& e, const float* z, bool vector_act) {
+    const int64_t OH = g.output[0], OW = g.output[1], KH = g.kernel[0], KW = g.kernel[1];
     constexpr int64_t kMaxHoisted = 25;  // up to 5x5 windows keep their weights in registers
     __m512 weights[kMaxHoisted];
     const bool hoisted = KH * KW <= kMaxHoisted;
@@ -233,26 +232,25 @@ __attribute__((target("avx512f"))) void plane_rows(const WindowGeometry& g, cons
         c[0] = column_taps<kStride>(g, ow0);
         if (ow0 + 16 < OW) {
             c[1] = column_taps<kStride>(g, ow0 + 16);
-            column_rows<kStride, 2, kKW>(g, x, weights, w, hoisted, bias_v, c, oh_begin, oh_end, ow0, y, e, z,
+            column_rows<kStride, 2, kKW>(g, x, weights, w, hoisted, bias_v, c, 0, OH, ow0, y, e, z,
                                          vector_act);
             ow0 += 32;
         } else {
-            column_rows<kStride, 1, kKW>(g, x, weights, w, hoisted, bias_v, c, oh_begin, oh_end, ow0, y, e, z,
+            column_rows<kStride, 1, kKW>(g, x, weights, w, hoisted, bias_v, c, 0, OH, ow0, y, e, z,
                                          vector_act);
             ow0 += 16;
         }
     }
-    if (!vector_act) e.apply(y + oh_begin * OW, static_cast<const float*>(nullptr), (oh_end - oh_begin) * OW);
+    if (!vector_act) e.apply(y, static_cast<const float*>(nullptr), OH * OW);
 }
 
 template <int kStride>
-void plane(const WindowGeometry& g, const float* x, const float* w, float bias, int64_t oh_begin, int64_t oh_end,
-           float* y, const ConvEpilogue& e, const float* z, bool vector_act) {
+void plane(const WindowGeometry& g, const float* x, const float* w, float bias, float* y, const ConvEpilogue& e, const float* z, bool vector_act) {
     const bool unit_dilation = g.dilations[0] == 1 && g.dilations[1] == 1;
     if (g.kernel[0] == 3 && g.kernel[1] == 3 && g.strides[0] == kStride && unit_dilation)
-        plane_rows<kStride, 3>(g, x, w, bias, oh_begin, oh_end, y, e, z, vector_act);
+        plane_rows<kStride, 3>(g, x, w, bias, y, e, z, vector_act);
     else
-        plane_rows<kStride, 0>(g, x, w, bias, oh_begin, oh_end, y, e, z, vector_act);
+        plane_rows<kStride, 0>(g, x, w, bias, y, e, z, vector_act);
 }
 
 // Max-pool rows oh .. oh + kRows - 1 of one column vector, as window_rows with max for multiply-add; padding (rows
@@ -278,11 +276,10 @@ __attribute__((target("avx512f"))) void max_rows(const WindowGeometry& g, const 
     for (int r = 0; r < kRows; ++r) _mm512_mask_storeu_ps(y + (oh + r) * OW + ow0, out_mask, acc[r]);
 }
 
-// Rows [oh_begin, oh_end) of one max-pool output plane: 3x3 windows on the tiles above, others 16 columns and four
-// rows at a time.
+// One max-pool output plane: 3x3 windows on the tiles above, others 16 columns and four rows at a time.
 template <int kStride>
-__attribute__((target("avx512f"))) void max_plane(const WindowGeometry& g, const float* x, int64_t oh_begin,
-                                                  int64_t oh_end, float* y) {
+__attribute__((target("avx512f"))) void max_plane(const WindowGeometry& g, const float* x, float* y) {
+    const int64_t OH = g.output[0];
     const int64_t OW = g.output[1];
     const float* lowest = lowest_row();
     if (g.kernel[0] == 3 && g.kernel[1] == 3 && g.strides[0] == kStride && g.dilations[0] == 1 &&
@@ -293,13 +290,13 @@ __attribute__((target("avx512f"))) void max_plane(const WindowGeometry& g, const
             c[0] = column_taps<kStride>(g, ow0);
             if (ow0 + 16 < OW) {
                 c[1] = column_taps<kStride>(g, ow0 + 16);
-                row_tiles<4>(oh_begin, oh_end, [&](auto rows, int64_t at) {
+                row_tiles<4>(0, OH, [&](auto rows, int64_t at) {
                     window3x3_tile<kStride, rows(), 2, true>(g, x, nullptr, start, c, at, ow0, y, nullptr, nullptr,
                                                              false);
                 });
                 ow0 += 32;
             } else {
-                row_tiles<8>(oh_begin, oh_end, [&](auto rows, int64_t at) {
+                row_tiles<8>(0, OH, [&](auto rows, int64_t at) {
                     window3x3_tile<kStride, rows(), 1, true>(g, x, nullptr, start, c, at, ow0, y, nullptr, nullptr,
                                                              false);
                 });
@@ -310,7 +307,7 @@ __attribute__((target("avx512f"))) void max_plane(const WindowGeometry& g, const
     }
     for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
         const ColumnTaps<kStride> c = column_taps<kStride>(g, ow0);
-        row_tiles<4>(oh_begin, oh_end,
+        row_tiles<4>(0, OH,
                      [&](auto rows, int64_t at) { max_rows<kStride, rows()>(g, x, lowest, c, at, ow0, y); });
     }
 }
@@ -553,12 +550,12 @@ bool max_pool2d_direct_supported(const WindowGeometry& g) {
 }
 
 void max_pool2d_direct(ThreadPool& pool, const WindowGeometry& g, const float* x, int64_t planes, float* y) {
-    const int64_t in_plane = g.input[0] * g.input[1], out_plane = g.output[0] * g.output[1], OH = g.output[0];
+    const int64_t in_plane = g.input[0] * g.input[1], out_plane = g.output[0] * g.output[1];
     const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, out_plane * g.kernel[0] * g.kernel[1]));
     pool.parallel_for(planes, grain, [&](int64_t first, int64_t last) {
         for (int64_t p = first; p < last; ++p) {
-            if (g.strides[1] == 1) max_plane<1>(g, x + p * in_plane, 0, OH, y + p * out_plane);
-            else max_plane<2>(g, x + p * in_plane, 0, OH, y + p * out_plane);
+            if (g.strides[1] == 1) max_plane<1>(g, x + p * in_plane, y + p * out_plane);
+            else max_plane<2>(g, x + p * in_plane, y + p * out_plane);
         }
     });
 }
@@ -585,7 +582,7 @@ void depthwise_conv2d_direct(ThreadPool& pool, const WindowGeometry& g, const fl
     // Whole planes per task: splitting planes into row bands (so that each thread would write the rows the next
     // layer's row band reads) was measured slower on 2 threads (MobileNetV2 3.9 -> 4.4 ms), each plane's setup then
     // paid twice.
-    const int64_t planes = batch * out_channels, OH = g.output[0];
+    const int64_t planes = batch * out_channels;
     const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, out_plane * taps));
     pool.parallel_for(planes, grain, [&](int64_t first, int64_t last) {
         for (int64_t p = first; p < last; ++p) {
@@ -594,8 +591,8 @@ void depthwise_conv2d_direct(ThreadPool& pool, const WindowGeometry& g, const fl
             float* yp = y + p * out_plane;
             const float* zp = z != nullptr ? z + p * out_plane : nullptr;
             const float b = bias != nullptr ? bias[oc] : 0.0f;
-            if (g.strides[1] == 1) plane<1>(g, xp, w + oc * taps, b, 0, OH, yp, epilogue, zp, vector_act);
-            else plane<2>(g, xp, w + oc * taps, b, 0, OH, yp, epilogue, zp, vector_act);
+            if (g.strides[1] == 1) plane<1>(g, xp, w + oc * taps, b, yp, epilogue, zp, vector_act);
+            else plane<2>(g, xp, w + oc * taps, b, yp, epilogue, zp, vector_act);
         }
     });
 }
