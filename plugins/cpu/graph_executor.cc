@@ -288,6 +288,8 @@ CompiledGraph::CompiledGraph(const TessGraphView& view, const KernelSource& sour
             values_.back().name = v->name;
             // Constants stay valid until this compiled graph is released (provider.h): read in place, never copied.
             if (v->constant != nullptr) values_.back().constant = v->constant;
+            values_.back().type = v->element_type;
+            if (v->rank >= 0 && v->dims != nullptr) values_.back().dims.assign(v->dims, v->dims + v->rank);
         }
         return it->second;
     };
@@ -359,6 +361,7 @@ CompiledGraph::CompiledGraph(const TessGraphView& view, const KernelSource& sour
         if (info.output < 0) info.output = static_cast<int>(o);
         output_ids_.push_back(id);
     }
+    choose_layouts(view);
     drop_released_constants();
 }
 

@@ -108,6 +108,9 @@ private:
         int input = -1;             // index among the run's inputs
         int output = -1;            // first index among the outputs
         const TessValue* constant = nullptr;  // the core's, valid while we exist
+        int32_t type = TESS_ELEMENT_UNDEFINED;  // declared element type
+        std::vector<int64_t> dims;              // declared shape (empty: unknown rank; -1: unknown dimension)
+        bool blocked = false;                   // held in the blocked channel layout (choose_layouts)
     };
     struct Step {
         std::unique_ptr<Kernel> kernel;
@@ -120,6 +123,10 @@ private:
 
     // Profiling: runs one step timed and reports it to the core.
     void compute_profiled(const Step& step, KernelContext& ctx, const Workspace& ws, TessComputeContext* profile) const;
+
+    // Chooses which values are held in the blocked channel layout and tells the kernels that read or write them
+    // (blocked_layout.cc).  Runs once, after every step is created.
+    void choose_layouts(const TessGraphView& view);
 
     std::unique_ptr<Workspace> acquire() const;
     void drop_released_constants();

@@ -143,6 +143,22 @@ public:
     virtual void compute(KernelContext& ctx) const = 0;
 };
 
+// A kernel that can read or write the blocked channel layout (util/blocked_conv.h) besides NCHW.  When a graph is
+// compiled it asks each such kernel which of its tensors may be blocked, chooses the layout of every value, and
+// then calls set_layout once on each of them, also when nothing is blocked; until then every tensor is NCHW.
+class BlockedLayoutKernel {
+public:
+    virtual ~BlockedLayoutKernel() = default;
+    // Whether input i, or output 0, may be held blocked.  Input i and output 0 then have one layout when
+    // same_layout_as_output(i) (a fused sum added to the output element by element).
+    virtual bool reads_blocked(size_t input) const = 0;
+    virtual bool writes_blocked() const = 0;
+    virtual bool same_layout_as_output(size_t /*input*/) const { return false; }
+    // blocked_inputs[i]: whether input i is blocked (inputs past its end are not).  Called before any run, on the
+    // compiling thread.
+    virtual void set_layout(const std::vector<bool>& blocked_inputs, bool blocked_output) = 0;
+};
+
 using KernelFactory = std::function<std::unique_ptr<Kernel>(const NodeInfo&)>;
 
 // How a kernel may share memory with its inputs (used by the memory planner).

@@ -22,6 +22,7 @@
 #include "util/float16_compute.h"
 #include "util/gemm.h"
 #include "util/im2col.h"
+#include "util/blocked_conv.h"
 #include "util/lane_gemm.h"
 #include "util/pointwise_conv.h"
 #include "util/thread_scratch.h"
@@ -261,38 +262,60 @@ void depthwise_conv2d(ThreadPool& pool, const WindowGeometry& g, const T* x, con
     });
 }
 
-class ConvKernel final : public ConvKernelBase {
+class ConvKernel final : public ConvKernelBase, public BlockedLayoutKernel {
 public:
     explicit ConvKernel(const NodeInfo& info) : ConvKernelBase(info), epilogue_(ConvEpilogue::parse(info)) {
         // Constant float filters are packed once for the packed-filter products; the plain copy is then dropped
-        // (only its shape is kept for validation).  Depthwise filters stay plain for the direct loops.
+        // (only its shape is kept for validation).  Depthwise filters stay plain for the direct loops.  Filters
+        // that the blocked layout may use wait for set_layout, which packs them for the layout chosen.
         if (weights_ && weights_->tensor().type == TESS_ELEMENT_FLOAT32 && packed_gemm_supported()) {
             const Tensor& W = weights_->tensor();
             const bool depthwise = W.rank() == 4 && group_ > 1 && W.shape[1] == 1;
             if (W.rank() >= 3 && !depthwise && W.shape[0] % group_ == 0) {
-                const int64_t depth = W.size() / std::max<int64_t>(1, W.shape[0]);
-                const std::optional<WindowGeometry> declared = declared_geometry(info, W);
-                if (group_ == 1 && declared && pointwise_chosen(*declared, W.shape[1])) {
-                    pointwise_ = PointwiseFilters(W.ptr<float>(), W.shape[0], depth);
-                } else if (group_ == 1 && declared && winograd_chosen(*declared, W.shape[0])) {
-                    winograd_ = WinogradFilters(W.ptr<float>(), W.shape[0], W.shape[1]);
-                } else if (group_ == 1 && declared && lanes_pay_off(*declared, W.shape[0])) {
-                    lane_filters_ = LanePackedFilters(W.ptr<float>(), W.shape[0], depth, depth);
-                    lane_offsets_ = LaneOffsets{declared->input, W.shape[1], lane_tap_offsets(*declared, W.shape[1])};
-                } else {
-                    packed_filters_ = pack_filters(W.ptr<float>(), W.shape[0], depth);
-                }
-                packed_shape_ = W.shape;
-                weights_.reset();
+                declared_ = declared_geometry(info, W);
+                blocked_capable_ = group_ == 1 && declared_ && blocked_layout_enabled() &&
+                                   (W.shape[0] % kChannelBlock == 0 || W.shape[1] % kChannelBlock == 0);
+                if (!blocked_capable_) pack_weights(false);
+            } else if (depthwise && W.shape[0] == group_ && group_ % kChannelBlock == 0 && blocked_layout_enabled()) {
+                // Kept plain for the NCHW loops unless set_layout chooses the blocked kernel.
+                declared_ = declared_geometry(info, W);
+                blocked_capable_ = depthwise_ = declared_.has_value();
             }
+        }
+    }
+
+    bool reads_blocked(size_t input) const override {
+        if (!blocked_capable_) return false;
+        const Shape& w = weights_->tensor().shape;
+        if (input == 0) return depthwise_ || w[1] % kChannelBlock == 0;
+        return input == 3 && epilogue_.has_sum && w[0] % kChannelBlock == 0;
+    }
+    bool writes_blocked() const override {
+        return blocked_capable_ && weights_->tensor().shape[0] % kChannelBlock == 0;
+    }
+    // The depthwise kernel does not change layouts: its input is blocked when its output is.
+    bool same_layout_as_output(size_t input) const override { return input == 3 || (depthwise_ && input == 0); }
+    void set_layout(const std::vector<bool>& blocked_inputs, bool blocked_output) override {
+        if (!blocked_capable_ || !weights_) return;
+        layout_.x_blocked = !blocked_inputs.empty() && blocked_inputs[0];
+        layout_.y_blocked = blocked_output;
+        if (!depthwise_) {
+            pack_weights(layout_.x_blocked || layout_.y_blocked);
+        } else if (layout_.x_blocked && layout_.y_blocked) {
+            const Tensor& W = weights_->tensor();
+            depthwise_filters_ = pack_blocked_depthwise(W.ptr<float>(), W.shape[0], W.shape[2] * W.shape[3]);
+            packed_shape_ = W.shape;
+            weights_.reset();
+        } else {
+            layout_ = BlockedConvLayout{};  // both or neither (same_layout_as_output)
         }
     }
 
     void compute(KernelContext& ctx) const override {
         const Tensor& X = ctx.input(0);
         const Tensor packed_view{TESS_ELEMENT_FLOAT32, packed_shape_, nullptr, nullptr};
-        const bool packed =
-            !packed_filters_.empty() || !lane_filters_.empty() || !winograd_.empty() || !pointwise_.empty();
+        const bool packed = !packed_filters_.empty() || !lane_filters_.empty() || !winograd_.empty() ||
+                            !pointwise_.empty() || !depthwise_filters_.empty();
         const Tensor& W = packed ? packed_view : weights(ctx);
         const Tensor* B = bias(ctx);
         const int64_t M = W.rank() > 0 ? W.shape[0] : 0;
@@ -319,6 +342,19 @@ public:
             const ConvertedInput<T> z = Z != nullptr ? ConvertedInput<T>(*Z, pool) : ConvertedInput<T>();
             ConvertedOutput<T> y(Y);
             bool epilogue_done = !epilogue_.active();  // the fast paths apply it block by block
+            if constexpr (std::is_same_v<T, float>) {
+                if (layout_.x_blocked || layout_.y_blocked) {
+                    if (g.rank() != 2) throw KernelError("Conv: blocked layout for a convolution that is not 2-D");
+                    if (depthwise_)
+                        blocked_depthwise2d(pool, g, depthwise_filters_.data(), N, C, x.data(), b.data(), &epilogue_,
+                                            z.data(), y.data());
+                    else
+                        blocked_conv2d(pool, g, lane_filters_, layout_, x.data(), N, C, b.data(), &epilogue_,
+                                       z.data(), y.data());
+                    y.finish(pool);
+                    return;
+                }
+            }
             if (group_ > 1 && C == group_ && g.rank() == 2) {
                 if constexpr (std::is_same_v<T, float>) {
                     if (depthwise_direct_supported(g)) {
@@ -383,6 +419,35 @@ public:
     }
 
 private:
+    // Packs the constant filters once, for the blocked layout's kernel or for the NCHW family the declared geometry
+    // chooses, and drops the plain copy.
+    void pack_weights(bool blocked) {
+        const Tensor& W = weights_->tensor();
+        const int64_t depth = W.size() / std::max<int64_t>(1, W.shape[0]);
+        const std::optional<WindowGeometry>& declared = declared_;
+        if (blocked) {
+            const int64_t width = layout_.y_blocked ? blocked_panel_width(W.shape[0]) : 0;
+            lane_filters_ = LanePackedFilters(W.ptr<float>(), W.shape[0], depth, depth, width);
+        } else if (group_ == 1 && declared && pointwise_chosen(*declared, W.shape[1])) {
+            pointwise_ = PointwiseFilters(W.ptr<float>(), W.shape[0], depth);
+        } else if (group_ == 1 && declared && winograd_chosen(*declared, W.shape[0])) {
+            winograd_ = WinogradFilters(W.ptr<float>(), W.shape[0], W.shape[1]);
+        } else if (group_ == 1 && declared && lanes_pay_off(*declared, W.shape[0])) {
+            lane_filters_ = LanePackedFilters(W.ptr<float>(), W.shape[0], depth, depth);
+            lane_offsets_ = LaneOffsets{declared->input, W.shape[1], lane_tap_offsets(*declared, W.shape[1])};
+        } else {
+            packed_filters_ = pack_filters(W.ptr<float>(), W.shape[0], depth);
+        }
+        packed_shape_ = W.shape;
+        weights_.reset();
+    }
+
+    // TESSERA_CPU_BLOCKED_LAYOUT=0 keeps every convolution in NCHW (measurements).
+    static bool blocked_layout_enabled() {
+        const char* env = std::getenv("TESSERA_CPU_BLOCKED_LAYOUT");
+        return lane_gemm_supported() && (env == nullptr || env[0] != '0');
+    }
+
     // The geometry of the input shape the model declares, when it declares a whole 2-D one: the kernel family is
     // chosen from it once (the filters are packed for one family only, so that each weight is held once).
     std::optional<WindowGeometry> declared_geometry(const NodeInfo& info, const Tensor& W) const {
@@ -745,6 +810,11 @@ private:
     WinogradFilters winograd_;                   // or transformed for Winograd (3x3, stride 1, one group)
     PointwiseFilters pointwise_;                 // or packed for pointwise layers (1x1, stride 1, no padding)
     Shape packed_shape_;                         // W's shape when packed_filters_ or lane_filters_ holds it
+    std::optional<WindowGeometry> declared_;     // the declared input's geometry, when the model states it
+    bool blocked_capable_ = false;               // filters wait for set_layout (BlockedLayoutKernel)
+    bool depthwise_ = false;                     // ... for the blocked depthwise kernel
+    std::vector<float> depthwise_filters_;       // packed for it (pack_blocked_depthwise)
+    BlockedConvLayout layout_;                   // what set_layout chose
     ConvEpilogue epilogue_;                      // FusedConv's sum and activation (none for Conv)
 };
 

@@ -77,33 +77,6 @@ __attribute__((target("avx512f"))) void lane_tile(int64_t depth, const float* w,
     }
 }
 
-// y[m * ldy + j] = results[j * kLanePanelWidth + m] for m < filters, j < count (<= kPositionChunk): 16 x 16 blocks
-// transposed in registers (unpack, then in-lane and cross-lane shuffles), each filter's positions written as one
-// masked store.  Shallow convolutions spend as long here as in the products when this is done element by element.
-__attribute__((target("avx512f"))) void store_transposed(const float* results, int64_t filters, int64_t count,
-                                                         float* y, int64_t ldy, const ConvEpilogue* epilogue,
-                                                         const float* z) {
-    const bool vector_act = epilogue != nullptr && vector_activation(*epilogue);
-    for (int64_t f0 = 0; f0 < filters; f0 += 16) {
-        for (int64_t j0 = 0; j0 < count; j0 += 16) {
-            const int64_t rows = std::min<int64_t>(16, count - j0);
-            __m512 r[16];
-            for (int i = 0; i < 16; ++i)
-                r[i] = i < rows ? _mm512_load_ps(results + (j0 + i) * kLanePanelWidth + f0) : _mm512_setzero_ps();
-            transpose16x16(r);
-            const __mmask16 mask = rows >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows) - 1);
-            const int64_t columns = std::min<int64_t>(16, filters - f0);
-            for (int m = 0; m < columns; ++m) {
-                const int64_t at = (f0 + m) * ldy + j0;
-                __m512 v_out = r[m];
-                if (z != nullptr) v_out = _mm512_add_ps(v_out, _mm512_maskz_loadu_ps(mask, z + at));
-                if (vector_act) v_out = activate(v_out, *epilogue);
-                _mm512_mask_storeu_ps(y + at, mask, v_out);
-            }
-        }
-    }
-}
-
 using LaneTileFn = void (*)(int64_t, const float*, const float*, const int64_t*, int64_t, const float*, float*, int64_t,
                             int64_t, bool, int64_t);
 
@@ -139,8 +112,8 @@ bool lane_gemm_supported() {
 
 void LanePackedFilters::Free::operator()(float* p) const { std::free(p); }
 
-LanePackedFilters::LanePackedFilters(const float* A, int64_t rows, int64_t depth, int64_t lda)
-    : rows_(rows), depth_(depth), width_(lane_panel_width_for(rows)) {
+LanePackedFilters::LanePackedFilters(const float* A, int64_t rows, int64_t depth, int64_t lda, int64_t width)
+    : rows_(rows), depth_(depth), width_(width > 0 ? width : lane_panel_width_for(rows)) {
     const size_t count = static_cast<size_t>(std::max<int64_t>(1, panels() * depth * width_));
     const size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
     float* data = static_cast<float*>(std::aligned_alloc(64, bytes));
@@ -229,6 +202,30 @@ void lane_matmul(ThreadPool& pool, const float* A, int64_t M, int64_t lda, const
     });
 }
 
+__attribute__((target("avx512f"))) void lane_store_transposed(const float* results, int64_t filters, int64_t count,
+                                                              float* y, int64_t ldy, const ConvEpilogue* epilogue,
+                                                              const float* z) {
+    const bool vector_act = epilogue != nullptr && vector_activation(*epilogue);
+    for (int64_t f0 = 0; f0 < filters; f0 += 16) {
+        for (int64_t j0 = 0; j0 < count; j0 += 16) {
+            const int64_t rows = std::min<int64_t>(16, count - j0);
+            __m512 r[16];
+            for (int i = 0; i < 16; ++i)
+                r[i] = i < rows ? _mm512_load_ps(results + (j0 + i) * kLanePanelWidth + f0) : _mm512_setzero_ps();
+            transpose16x16(r);
+            const __mmask16 mask = rows >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows) - 1);
+            const int64_t columns = std::min<int64_t>(16, filters - f0);
+            for (int m = 0; m < columns; ++m) {
+                const int64_t at = (f0 + m) * ldy + j0;
+                __m512 v_out = r[m];
+                if (z != nullptr) v_out = _mm512_add_ps(v_out, _mm512_maskz_loadu_ps(mask, z + at));
+                if (vector_act) v_out = activate(v_out, *epilogue);
+                _mm512_mask_storeu_ps(y + at, mask, v_out);
+            }
+        }
+    }
+}
+
 __attribute__((target("avx512f"))) void gather_even_columns(const float* src, int64_t count, float* dst) {
     const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     int64_t j = 0;
@@ -269,7 +266,7 @@ void lane_gemm_positions(const LanePackedFilters& A, int64_t panel, const float*
             tile_fns[rows - 1](A.depth(), A.panel(panel), x + j0 + r, row_offsets, 0, panel_bias,
                                results + r * kLanePanelWidth, kLanePanelWidth, kLanePanelWidth, false, prefetch);
         }
-        store_transposed(results, filters, chunk, y + j0, ldy, epilogue, z != nullptr ? z + j0 : nullptr);
+        lane_store_transposed(results, filters, chunk, y + j0, ldy, epilogue, z != nullptr ? z + j0 : nullptr);
         if (epilogue != nullptr && !vector_activation(*epilogue)) {
             for (int64_t m = 0; m < filters; ++m) epilogue->apply(y + m * ldy + j0, static_cast<const float*>(nullptr), chunk);
         }

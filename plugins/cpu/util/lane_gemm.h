@@ -37,7 +37,9 @@ bool lane_gemm_supported();
 class LanePackedFilters {
 public:
     LanePackedFilters() = default;
-    LanePackedFilters(const float* A, int64_t rows, int64_t depth, int64_t lda);
+    // width: the panel width, a multiple of 16 up to kLanePanelWidth; 0 chooses lane_panel_width_for(rows).  The
+    // lane kernels here take 64 and 32; blocked_conv2d (util/blocked_conv.h) any.
+    LanePackedFilters(const float* A, int64_t rows, int64_t depth, int64_t lda, int64_t width = 0);
     // The same filters given depth-major: filter m's step k at B[k * ldb + m] (a MatMul's B [K, N], N filters).
     static LanePackedFilters from_depth_major(const float* B, int64_t rows, int64_t depth, int64_t ldb);
     // Zeros, for a caller that writes the panels itself (filter m's step k at panel(m / w)[k * w + m % w]).
@@ -90,6 +92,14 @@ void lane_matmul(const LanePackedFilters& B, int64_t panel_begin, int64_t panel_
 // runs on each task's block of C right after the task computed it.  Call it outside any parallel region.
 void lane_matmul(ThreadPool& pool, const float* A, int64_t M, int64_t lda, const LanePackedFilters& B, float* C,
                  int64_t ldc, const float* bias = nullptr, const GemmEpilogue* epilogue = nullptr);
+
+// y[m * ldy + j] = results[j * kLanePanelWidth + m] for m < filters, j < count (<= 96), then y = activation(y + z)
+// when an epilogue with a vector activation is given (z laid out like y, NULL without a sum; other activations are
+// left to the caller): 16 x 16 blocks transposed in registers, each filter's positions written as one masked store.
+// Shallow convolutions spend as long here as in the products when this is done element by element.  Requires
+// lane_gemm_supported().
+void lane_store_transposed(const float* results, int64_t filters, int64_t count, float* y, int64_t ldy,
+                           const ConvEpilogue* epilogue, const float* z);
 
 // dst[j] = src[2 * j] for j < count: the stride-2 column gather of a convolution's phase planes, vectorized.
 // Requires lane_gemm_supported(); reads src[0 .. 2 * count - 1] only.

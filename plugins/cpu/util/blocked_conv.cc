@@ -1,0 +1,397 @@
+#include "util/blocked_conv.h"
+
+#include <immintrin.h>
+
+// GCC 12 reports the _mm512_undefined_ps() inside the min/max intrinsics as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "util/conv_epilogue_avx512.h"
+#include "util/thread_scratch.h"
+
+namespace tessera::cpu {
+
+namespace {
+
+// Output positions per chunk: the NCHW output's transposes take the chunk's results together.
+constexpr int64_t kChunk = 96;
+
+// How many depth steps ahead the tiles ask for their weights (as the lane kernels do).
+constexpr int64_t kWeightPrefetchSteps = 16;
+
+// Where the tile's results go: per position, its output (and sum) address; vector v of a position is vec_stride
+// further.  The epilogue's vector activation (NULL: none) is applied as they are stored.
+struct TileOutput {
+    float* const* out;
+    const float* const* sum;  // NULL without a sum
+    int64_t vec_stride;
+    int vecs;  // vectors of filters that exist (the last panel of a blocked output may be narrower)
+    const ConvEpilogue* activation;
+};
+
+// kRows positions x kVecs * 16 filters over `depth` steps: position r of step k reads x[r][offsets[k]], w is the
+// panel [depth][kVecs * 16], and the accumulators start from init (kVecs * 16 values).  Unlike the lane kernels'
+// tile, every position has its own input address, so one tile may span output rows and strides cost nothing.
+template <int kVecs, int kRows>
+__attribute__((target("avx512f"))) void position_tile(int64_t depth, const float* w, const float* const* xs,
+                                                      const int64_t* offsets, const float* init,
+                                                      const TileOutput& to) {
+    const float* x[kRows];
+    for (int r = 0; r < kRows; ++r) x[r] = xs[r];
+    __m512 acc[kRows][kVecs];
+    for (int v = 0; v < kVecs; ++v) {
+        const __m512 start = _mm512_loadu_ps(init + 16 * v);
+#pragma GCC unroll 16
+        for (int r = 0; r < kRows; ++r) acc[r][v] = start;
+    }
+    for (int64_t k = 0; k < depth; ++k) {
+        const int64_t off = offsets[k];
+        const float* wk = w + k * kVecs * 16;
+        for (int v = 0; v < kVecs; ++v)
+            _mm_prefetch(reinterpret_cast<const char*>(wk + kWeightPrefetchSteps * kVecs * 16 + 16 * v), _MM_HINT_T0);
+        __m512 wv[kVecs];
+        for (int v = 0; v < kVecs; ++v) wv[v] = _mm512_load_ps(wk + 16 * v);
+#pragma GCC unroll 16
+        for (int r = 0; r < kRows; ++r) {
+            const __m512 xv = _mm512_set1_ps(x[r][off]);
+            for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_fmadd_ps(xv, wv[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) {
+        for (int v = 0; v < kVecs; ++v) {
+            if (v >= to.vecs) break;
+            __m512 value = acc[r][v];
+            if (to.sum != nullptr) value = _mm512_add_ps(value, _mm512_loadu_ps(to.sum[r] + v * to.vec_stride));
+            if (to.activation != nullptr) value = activate(value, *to.activation);
+            _mm512_storeu_ps(to.out[r] + v * to.vec_stride, value);
+        }
+    }
+}
+
+using PositionTileFn = void (*)(int64_t, const float*, const float* const*, const int64_t*, const float*,
+                                const TileOutput&);
+
+template <int kVecs, int... kRows>
+constexpr std::array<PositionTileFn, sizeof...(kRows)> position_tiles(std::integer_sequence<int, kRows...>) {
+    return {position_tile<kVecs, kRows + 1>...};
+}
+// Six positions for 64-filter panels (the lane kernels' measured best: 24 accumulators), eight for narrower ones:
+// each position keeps an address in a general register, and more would not fit.
+constexpr int kMaxTileRows = 8;
+constexpr auto kTiles16 = position_tiles<1>(std::make_integer_sequence<int, 8>());
+constexpr auto kTiles32 = position_tiles<2>(std::make_integer_sequence<int, 8>());
+constexpr auto kTiles48 = position_tiles<3>(std::make_integer_sequence<int, 8>());
+constexpr auto kTiles64 = position_tiles<4>(std::make_integer_sequence<int, 6>());
+
+// The tiles for a panel width, and how many positions the tallest takes.
+std::pair<const PositionTileFn*, int64_t> tiles_for(int64_t width) {
+    switch (width) {
+        case 16: return {kTiles16.data(), int64_t(kTiles16.size())};
+        case 32: return {kTiles32.data(), int64_t(kTiles32.size())};
+        case 48: return {kTiles48.data(), int64_t(kTiles48.size())};
+        default: return {kTiles64.data(), int64_t(kTiles64.size())};
+    }
+}
+
+struct Geometry {
+    int64_t C, H, W, Hp, Wp, OH, OW, KH, KW, SH, SW, DH, DW, PT, PL;
+    bool padded;
+};
+
+Geometry geometry_of(const WindowGeometry& g, int64_t C) {
+    Geometry q{};
+    q.C = C;
+    q.H = g.input[0], q.W = g.input[1], q.OH = g.output[0], q.OW = g.output[1];
+    q.KH = g.kernel[0], q.KW = g.kernel[1], q.SH = g.strides[0], q.SW = g.strides[1];
+    q.DH = g.dilations[0], q.DW = g.dilations[1], q.PT = g.pads_begin[0], q.PL = g.pads_begin[1];
+    q.padded = q.PT != 0 || q.PL != 0 || g.pads_end[0] != 0 || g.pads_end[1] != 0;
+    q.Hp = q.H + q.PT + g.pads_end[0];
+    q.Wp = q.W + q.PL + g.pads_end[1];
+    return q;
+}
+
+// One image's input with its zero padding made explicit, in its own layout (e = 16 floats a position when
+// blocked, else 1): [C/16][Hp][Wp][16] or [C][Hp][Wp].
+void pad_image(ThreadPool& pool, const Geometry& q, const float* src, bool blocked, float* dst) {
+    const int64_t e = blocked ? kChannelBlock : 1, planes = blocked ? q.C / kChannelBlock : q.C;
+    const int64_t plane_in = q.H * q.W * e, plane_out = q.Hp * q.Wp * e, row = q.W * e;
+    pool.parallel_for(planes, std::max<int64_t>(1, 16384 / plane_out), [&](int64_t first, int64_t last) {
+        for (int64_t c = first; c < last; ++c) {
+            const float* in = src + c * plane_in;
+            float* out = dst + c * plane_out;
+            std::fill(out, out + q.PT * q.Wp * e, 0.0f);
+            for (int64_t h = 0; h < q.H; ++h) {
+                float* o = out + ((q.PT + h) * q.Wp) * e;
+                std::fill(o, o + q.PL * e, 0.0f);
+                std::copy(in + h * row, in + h * row + row, o + q.PL * e);
+                std::fill(o + q.PL * e + row, o + q.Wp * e, 0.0f);
+            }
+            std::fill(out + (q.PT + q.H) * q.Wp * e, out + plane_out, 0.0f);
+        }
+    });
+}
+
+}  // namespace
+
+void to_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst) {
+    const int64_t blocks = N * (C / kChannelBlock);
+    pool.parallel_for(blocks, 1, [&](int64_t first, int64_t last) {
+        for (int64_t b = first; b < last; ++b) {
+            const float* in = src + b * kChannelBlock * positions;
+            float* out = dst + b * kChannelBlock * positions;
+            for (int64_t p = 0; p < positions; ++p)
+                for (int64_t c = 0; c < kChannelBlock; ++c) out[p * kChannelBlock + c] = in[c * positions + p];
+        }
+    });
+}
+
+void from_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst) {
+    const int64_t blocks = N * (C / kChannelBlock);
+    pool.parallel_for(blocks, 1, [&](int64_t first, int64_t last) {
+        for (int64_t b = first; b < last; ++b) {
+            const float* in = src + b * kChannelBlock * positions;
+            float* out = dst + b * kChannelBlock * positions;
+            for (int64_t c = 0; c < kChannelBlock; ++c)
+                for (int64_t p = 0; p < positions; ++p) out[c * positions + p] = in[p * kChannelBlock + c];
+        }
+    });
+}
+
+int64_t blocked_panel_width(int64_t filters) {
+    for (int64_t width : {int64_t(64), int64_t(48), int64_t(32)})
+        if (filters % width == 0) return width;
+    return filters >= 128 ? 64 : kChannelBlock;
+}
+
+void blocked_conv2d(ThreadPool& pool, const WindowGeometry& g, const LanePackedFilters& filters,
+                    BlockedConvLayout layout, const float* x, int64_t N, int64_t C, const float* bias,
+                    const ConvEpilogue* epilogue, const float* z, float* y) {
+    if (epilogue != nullptr && !epilogue->active()) epilogue = nullptr;
+    const Geometry q = geometry_of(g, C);
+    const int64_t M = filters.rows(), P = q.OH * q.OW, depth = C * q.KH * q.KW;
+    const int64_t e = layout.x_blocked ? kChannelBlock : 1;
+    const int64_t width = filters.panel_width(), panels = filters.panels();
+    const auto [tile_fns, tile_height] = tiles_for(width);
+    const bool vector_act = epilogue == nullptr || vector_activation(*epilogue);
+
+    // Step k = (c, kh, kw) of the filters reads its input at a fixed offset from each position's address.
+    int64_t* offsets = thread_scratch_buffer<int64_t, 11>(depth);
+    for (int64_t c = 0, k = 0; c < C; ++c) {
+        const int64_t channel = layout.x_blocked ? (c / kChannelBlock) * q.Hp * q.Wp * kChannelBlock + c % kChannelBlock
+                                                 : c * q.Hp * q.Wp;
+        for (int64_t i = 0; i < q.KH; ++i)
+            for (int64_t j = 0; j < q.KW; ++j) offsets[k++] = channel + (i * q.DH * q.Wp + j * q.DW) * e;
+    }
+    float* padded = q.padded ? thread_scratch_buffer<float, 11>(C * q.Hp * q.Wp) : nullptr;
+
+    // Tasks are (filter panel, band of positions), as the lane kernels split theirs: bands first when panels are
+    // few, so that a thread keeps the positions the previous layer left in its cache.
+    const int64_t threads = pool.size();
+    const int64_t wanted = (4 * threads + panels - 1) / panels;
+    const int64_t tiles = (P + tile_height - 1) / tile_height;
+    const int64_t bands = std::min(tiles, (wanted + threads - 1) / threads * threads);
+    const bool bands_outer = panels <= 2 * threads;
+    for (int64_t n = 0; n < N; ++n) {
+        const float* image = x + n * C * q.H * q.W;
+        if (padded != nullptr) {
+            pad_image(pool, q, image, layout.x_blocked, padded);
+            image = padded;
+        }
+        const float* z_image = z != nullptr ? z + n * M * P : nullptr;
+        float* y_image = y + n * M * P;
+        pool.parallel_for(panels * bands, 1, [&](int64_t first, int64_t last) {
+            alignas(64) float results[kChunk * kLanePanelWidth];
+            alignas(64) float panel_bias[kLanePanelWidth] = {};
+            const float* xs[kMaxTileRows];
+            float* outs[kMaxTileRows];
+            const float* sums[kMaxTileRows];
+            for (int64_t t = first; t < last; ++t) {
+                const int64_t p = bands_outer ? t % panels : t / bands;
+                const int64_t band = bands_outer ? t / panels : t % bands;
+                const int64_t j_begin = band_begin(tiles, bands, band) * tile_height;
+                const int64_t j_end = std::min(P, band_begin(tiles, bands, band + 1) * tile_height);
+                const int64_t m0 = p * width, live = std::min(width, M - m0);
+                std::fill(panel_bias, panel_bias + kLanePanelWidth, 0.0f);
+                if (bias != nullptr) std::copy(bias + m0, bias + m0 + live, panel_bias);
+                // The output row and column of position j, stepped along without divisions (shallow layers do
+                // little more per position than finding it).
+                int64_t oh = j_begin / q.OW, ow = j_begin % q.OW;
+                for (int64_t j0 = j_begin; j0 < j_end; j0 += kChunk) {
+                    const int64_t chunk = std::min(kChunk, j_end - j0);
+                    for (int64_t r0 = 0; r0 < chunk; r0 += tile_height) {
+                        const int64_t rows = std::min(tile_height, chunk - r0);
+                        for (int64_t r = 0; r < rows; ++r, ++ow) {
+                            if (ow == q.OW) ow = 0, ++oh;
+                            const int64_t j = j0 + r0 + r;
+                            xs[r] = image + (oh * q.SH * q.Wp + ow * q.SW) * e;
+                            if (layout.y_blocked) {
+                                const int64_t at = (m0 / kChannelBlock * P + j) * kChannelBlock;
+                                outs[r] = y_image + at;
+                                sums[r] = z_image != nullptr ? z_image + at : nullptr;
+                            } else {
+                                outs[r] = results + (r0 + r) * kLanePanelWidth;
+                            }
+                        }
+                        // A blocked output takes its epilogue in the tile; an NCHW one in the transposed store.
+                        const TileOutput to = layout.y_blocked
+                                                  ? TileOutput{outs, z_image != nullptr ? sums : nullptr,
+                                                               P * kChannelBlock, int(live / kChannelBlock),
+                                                               vector_act ? epilogue : nullptr}
+                                                  : TileOutput{outs, nullptr, kChannelBlock, int(width / kChannelBlock),
+                                                               nullptr};
+                        tile_fns[rows - 1](depth, filters.panel(p), xs, offsets, panel_bias, to);
+                        if (layout.y_blocked && !vector_act) {
+                            for (int64_t r = 0; r < rows; ++r)
+                                for (int64_t v = 0; v < live / kChannelBlock; ++v)
+                                    epilogue->apply(outs[r] + v * P * kChannelBlock, static_cast<const float*>(nullptr),
+                                                    kChannelBlock);
+                        }
+                    }
+                    if (!layout.y_blocked) {
+                        float* out = y_image + m0 * P + j0;
+                        lane_store_transposed(results, live, chunk, out, P, epilogue,
+                                              z_image != nullptr ? z_image + m0 * P + j0 : nullptr);
+                        if (epilogue != nullptr && !vector_act)
+                            for (int64_t m = 0; m < live; ++m)
+                                epilogue->apply(out + m * P, static_cast<const float*>(nullptr), chunk);
+                    }
+                }
+            }
+        });
+    }
+}
+
+std::vector<float> pack_blocked_depthwise(const float* w, int64_t C, int64_t taps) {
+    std::vector<float> packed(C * taps);
+    for (int64_t c = 0; c < C; ++c)
+        for (int64_t t = 0; t < taps; ++t)
+            packed[((c / kChannelBlock) * taps + t) * kChannelBlock + c % kChannelBlock] = w[c * taps + t];
+    return packed;
+}
+
+namespace {
+
+// Partial sums kept apart for a position at the image's edge (one per window row, up to this many).
+constexpr int64_t kMaxWindowRows = 4;
+
+// Positions [ow0, ow0 + kPos) of output row oh of one channel block, every tap of which lies inside the image
+// along the width (rows kh0..kh1 lie inside along the height).  Accumulators start from the bias.
+template <int kPos>
+__attribute__((target("avx512f"))) inline void depthwise_positions(const Geometry& q, const float* x, const float* w,
+                                                                   __m512 bias, int64_t oh, int64_t ow0, int64_t kh0,
+                                                                   int64_t kh1, __m512* acc) {
+    for (int p = 0; p < kPos; ++p) acc[p] = bias;
+    for (int64_t kh = kh0; kh < kh1; ++kh) {
+        const float* row = x + (oh * q.SH - q.PT + kh * q.DH) * q.W * kChannelBlock;
+        for (int64_t kw = 0; kw < q.KW; ++kw) {
+            const __m512 wv = _mm512_loadu_ps(w + (kh * q.KW + kw) * kChannelBlock);
+            const float* at = row + (ow0 * q.SW - q.PL + kw * q.DW) * kChannelBlock;
+#pragma GCC unroll 8
+            for (int p = 0; p < kPos; ++p)
+                acc[p] = _mm512_fmadd_ps(_mm512_loadu_ps(at + p * q.SW * kChannelBlock), wv, acc[p]);
+        }
+    }
+}
+
+// One output position of a depthwise block: the sum, then the activation, as it is stored.
+__attribute__((target("avx512f"))) inline void store_position(const Geometry& q, int64_t oh, int64_t ow,
+                                                              const __m512& value, const ConvEpilogue* epilogue,
+                                                              bool vector_act, const float* z, float* y) {
+    const int64_t at = (oh * q.OW + ow) * kChannelBlock;
+    __m512 v = value;
+    if (z != nullptr) v = _mm512_add_ps(v, _mm512_loadu_ps(z + at));
+    if (epilogue != nullptr && vector_act) v = activate(v, *epilogue);
+    _mm512_storeu_ps(y + at, v);
+    if (epilogue != nullptr && !vector_act) epilogue->apply(y + at, static_cast<const float*>(nullptr), kChannelBlock);
+}
+
+__attribute__((target("avx512f"))) void depthwise_rows(const Geometry& q, const float* x, const float* w,
+                                                       const float* bias, const ConvEpilogue* epilogue,
+                                                       bool vector_act, const float* z, float* y, int64_t oh0,
+                                                       int64_t oh1) {
+    const __m512 b = bias != nullptr ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+    // Output columns whose whole window lies inside the image along the width: [lo, hi).
+    auto inside = [&](int64_t ow) { return ow * q.SW - q.PL >= 0 && ow * q.SW - q.PL + (q.KW - 1) * q.DW < q.W; };
+    int64_t lo = 0;
+    while (lo < q.OW && !inside(lo)) ++lo;
+    int64_t hi = lo;
+    while (hi < q.OW && inside(hi)) ++hi;
+    for (int64_t oh = oh0; oh < oh1; ++oh) {
+        int64_t kh0 = 0, kh1 = q.KH;
+        while (kh0 < q.KH && oh * q.SH - q.PT + kh0 * q.DH < 0) ++kh0;
+        while (kh1 > kh0 && oh * q.SH - q.PT + (kh1 - 1) * q.DH >= q.H) --kh1;
+        // Edge columns: only the taps inside the image.
+        for (int64_t ow = 0; ow < q.OW; ++ow) {
+            if (ow == lo) ow = std::max(hi, lo);
+            if (ow >= q.OW) break;
+            // One chain per window row: a single chain of dependent multiply-adds would wait on each one.
+            __m512 acc[kMaxWindowRows];
+            for (int64_t kh = kh0; kh < kh1; ++kh) {
+                __m512& a = acc[(kh - kh0) % kMaxWindowRows];
+                if (kh - kh0 < kMaxWindowRows) a = kh == kh0 ? b : _mm512_setzero_ps();
+                const float* row = x + (oh * q.SH - q.PT + kh * q.DH) * q.W * kChannelBlock;
+                for (int64_t kw = 0; kw < q.KW; ++kw) {
+                    const int64_t iw = ow * q.SW - q.PL + kw * q.DW;
+                    if (iw < 0 || iw >= q.W) continue;
+                    a = _mm512_fmadd_ps(_mm512_loadu_ps(row + iw * kChannelBlock),
+                                        _mm512_loadu_ps(w + (kh * q.KW + kw) * kChannelBlock), a);
+                }
+            }
+            __m512 total = kh1 > kh0 ? acc[0] : b;
+            for (int64_t i = 1; i < std::min<int64_t>(kh1 - kh0, kMaxWindowRows); ++i) total = _mm512_add_ps(total, acc[i]);
+            store_position(q, oh, ow, total, epilogue, vector_act, z, y);
+        }
+        int64_t ow = lo;
+        for (; ow + 8 <= hi; ow += 8) {
+            __m512 acc[8];
+            depthwise_positions<8>(q, x, w, b, oh, ow, kh0, kh1, acc);
+            for (int p = 0; p < 8; ++p) store_position(q, oh, ow + p, acc[p], epilogue, vector_act, z, y);
+        }
+        if (ow < hi) {
+            __m512 acc[8];
+            const int64_t left = hi - ow;
+            switch (left) {
+                case 1: depthwise_positions<1>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
+                case 2: depthwise_positions<2>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
+                case 3: depthwise_positions<3>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
+                case 4: depthwise_positions<4>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
+                case 5: depthwise_positions<5>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
+                case 6: depthwise_positions<6>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
+                default: depthwise_positions<7>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
+            }
+            for (int64_t p = 0; p < left; ++p) store_position(q, oh, ow + p, acc[p], epilogue, vector_act, z, y);
+        }
+    }
+}
+
+}  // namespace
+
+void blocked_depthwise2d(ThreadPool& pool, const WindowGeometry& g, const float* packed_w, int64_t N, int64_t C,
+                         const float* x, const float* bias, const ConvEpilogue* epilogue, const float* z, float* y) {
+    if (epilogue != nullptr && !epilogue->active()) epilogue = nullptr;
+    const Geometry q = geometry_of(g, C);
+    const bool vector_act = epilogue == nullptr || vector_activation(*epilogue);
+    const int64_t blocks = C / kChannelBlock, taps = q.KH * q.KW;
+    const int64_t in_block = q.H * q.W * kChannelBlock, out_block = q.OH * q.OW * kChannelBlock;
+    // Bands of rows with every channel block of a band on one thread, so that a thread reads the positions its
+    // neighbouring layers (split by positions too) leave in, and take from, its cache; on small planes, with many
+    // blocks, fewer bands (7x7 rows do not split evenly) and the blocks split instead.
+    const int64_t threads = pool.size();
+    const int64_t bands = q.OH >= 8 * threads ? 4 * threads : std::min(q.OH, (4 * threads + blocks - 1) / blocks);
+    pool.parallel_for(N * bands * blocks, 1, [&](int64_t first, int64_t last) {
+        for (int64_t t = first; t < last; ++t) {
+            const int64_t n = t / (bands * blocks), band = t / blocks % bands, cb = t % blocks;
+            const int64_t oh0 = band_begin(q.OH, bands, band), oh1 = band_begin(q.OH, bands, band + 1);
+            const int64_t image_block = n * blocks + cb;
+            depthwise_rows(q, x + image_block * in_block, packed_w + cb * taps * kChannelBlock,
+                           bias != nullptr ? bias + cb * kChannelBlock : nullptr, epilogue, vector_act,
+                           z != nullptr ? z + image_block * out_block : nullptr, y + image_block * out_block, oh0, oh1);
+        }
+    });
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,59 @@
+// CPU provider: the blocked channel layout (NCHW16c) and the convolution that reads and writes it (float, AVX-512).
+//
+// A blocked tensor keeps its logical NCHW shape (so elementwise kernels, Concat on channels and the memory plan see
+// nothing new) but stores channel c of position p of image n at ((n * C/16 + c/16) * H*W + p) * 16 + c % 16: one
+// cache line holds the 16 channels of a position.  Only tensors whose channel count is a multiple of 16 are held
+// this way; the compiled graph chooses them at creation (blocked_layout.h).
+//
+// The convolution is the lane kernels' register tile (util/lane_gemm.h: a few output positions x 64 filters,
+// filters in the lanes) with the layouts changed at both ends: each position of a tile has its own input address,
+// so strides and either input layout are offsets, and a blocked output is stored straight from the registers: full
+// cache lines, no transposes, as in oneDNN's and ONNX Runtime's NCHWc kernels.  An NCHW output goes through the
+// lane kernels' 16x16 transposes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "thread_pool.h"
+#include "util/conv_epilogue.h"
+#include "util/im2col.h"
+#include "util/lane_gemm.h"
+
+namespace tessera::cpu {
+
+constexpr int64_t kChannelBlock = 16;
+
+// dst (blocked) from src (NCHW) and back, for N images of C channels (a multiple of 16) and `positions` each.
+void to_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst);
+void from_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst);
+
+// How the tensors of one blocked_conv2d call are laid out.
+struct BlockedConvLayout {
+    bool x_blocked = false;  // X (C a multiple of 16 when set)
+    bool y_blocked = false;  // Y, and Z with it (M a multiple of 16 when set)
+};
+
+// The panel width for `filters` output channels written blocked (a multiple of 16): 64, 48 or 32 when one of them
+// divides it, so that no lane is wasted (MobileNetV2's 144 and 96 filters), 64 from 128 filters up, else 16.
+int64_t blocked_panel_width(int64_t filters);
+
+// A 2-D convolution with one group: Y [N, M, OH, OW] = epilogue(Conv(X [N, C, H, W], filters) + bias, Z).
+// filters: LanePackedFilters of W [M, C * KH * KW] (ONNX order), any panel width (blocked_panel_width() suits a
+// blocked Y).  bias: M values or NULL; z: NULL without a sum.
+// Splits the work across the pool; call it outside any parallel region.  Requires lane_gemm_supported().
+void blocked_conv2d(ThreadPool& pool, const WindowGeometry& g, const LanePackedFilters& filters,
+                    BlockedConvLayout layout, const float* x, int64_t N, int64_t C, const float* bias,
+                    const ConvEpilogue* epilogue, const float* z, float* y);
+
+// Depthwise filters W [C, 1, KH, KW] regrouped for blocked_depthwise2d: [C/16][KH * KW][16].
+std::vector<float> pack_blocked_depthwise(const float* w, int64_t C, int64_t taps);
+
+// A 2-D depthwise convolution (C groups of one channel each, C a multiple of 16) from a blocked X to a blocked Y,
+// Y = epilogue(Conv(X, W) + bias, Z) with Z blocked: each tap is one vector multiply-add on 16 channels of a
+// position, no transposes and no padded copy (positions whose window leaves the image take the taps inside it).
+// Splits the work across the pool by bands of output rows; call it outside any parallel region.
+void blocked_depthwise2d(ThreadPool& pool, const WindowGeometry& g, const float* packed_w, int64_t N, int64_t C,
+                         const float* x, const float* bias, const ConvEpilogue* epilogue, const float* z, float* y);
+
+}  // namespace tessera::cpu

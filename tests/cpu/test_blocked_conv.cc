@@ -1,0 +1,208 @@
+// The blocked channel layout (plugins/cpu/util/blocked_conv.h): the reorders, and the convolution on every pair of
+// input and output layouts against a plain double convolution over strides, padding, dilation, filter counts
+// that leave panels partly empty, several images, and each kind of epilogue.  Graphs that choose the layout are
+// checked through the C API in tests/core/test_blocked_layout.cc.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "thread_pool.h"
+#include "util/blocked_conv.h"
+
+namespace tessera::cpu {
+namespace {
+
+std::vector<float> random_floats(size_t count, std::mt19937& rng) {
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> v(count);
+    for (float& f : v) f = dist(rng);
+    return v;
+}
+
+TEST(BlockedLayout, ReordersRoundTrip) {
+    ThreadPool pool(2);
+    std::mt19937 rng(1);
+    const int64_t N = 2, C = 32, P = 7 * 5;
+    const std::vector<float> x = random_floats(N * C * P, rng);
+    std::vector<float> blocked(x.size()), back(x.size());
+    to_blocked(pool, x.data(), N, C, P, blocked.data());
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t c = 0; c < C; ++c)
+            for (int64_t p = 0; p < P; ++p)
+                ASSERT_EQ(blocked[((n * (C / 16) + c / 16) * P + p) * 16 + c % 16], x[(n * C + c) * P + p]);
+    from_blocked(pool, blocked.data(), N, C, P, back.data());
+    EXPECT_EQ(back, x);
+}
+
+struct Case {
+    int64_t N, C, H, W, M, K, stride, pad, dilation;
+};
+
+// Y = act(conv(X, W) + B + Z), NCHW, in double.
+std::vector<double> reference(const Case& c, const WindowGeometry& g, const std::vector<float>& x,
+                              const std::vector<float>& w, const std::vector<float>& b, const std::vector<float>* z,
+                              const ConvEpilogue& e) {
+    const int64_t OH = g.output[0], OW = g.output[1];
+    std::vector<double> y(c.N * c.M * OH * OW);
+    for (int64_t n = 0; n < c.N; ++n)
+        for (int64_t m = 0; m < c.M; ++m)
+            for (int64_t oh = 0; oh < OH; ++oh)
+                for (int64_t ow = 0; ow < OW; ++ow) {
+                    double s = b[m];
+                    for (int64_t ic = 0; ic < c.C; ++ic)
+                        for (int64_t i = 0; i < c.K; ++i)
+                            for (int64_t j = 0; j < c.K; ++j) {
+                                const int64_t ih = oh * c.stride - c.pad + i * c.dilation;
+                                const int64_t iw = ow * c.stride - c.pad + j * c.dilation;
+                                if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
+                                s += double(w[((m * c.C + ic) * c.K + i) * c.K + j]) *
+                                     x[((n * c.C + ic) * c.H + ih) * c.W + iw];
+                            }
+                    const int64_t at = ((n * c.M + m) * OH + oh) * OW + ow;
+                    if (z != nullptr) s += (*z)[at];
+                    float f = static_cast<float>(s);
+                    e.apply(&f, static_cast<const float*>(nullptr), 1);
+                    y[at] = f;
+                }
+    return y;
+}
+
+TEST(BlockedLayout, ConvolutionMatchesPlainConvolutionInEveryLayout) {
+    if (!lane_gemm_supported()) GTEST_SKIP() << "the blocked layout needs AVX-512F (or TESSERA_CPU_MAX_ISA caps it)";
+    ThreadPool pool(2);
+    std::mt19937 rng(7);
+    const Case cases[] = {
+        {1, 16, 7, 7, 64, 3, 1, 1, 1},    // one 64-filter panel, padded
+        {2, 32, 9, 6, 48, 3, 2, 1, 1},    // stride 2, a 32-wide panel half used, two images
+        {1, 64, 14, 14, 96, 1, 1, 0, 1},  // pointwise, in place
+        {1, 16, 8, 8, 128, 3, 1, 2, 2},   // dilated
+        {1, 48, 11, 11, 208, 1, 2, 0, 1}, // strided 1x1, a last panel of 16 filters
+        {1, 3, 15, 15, 32, 7, 2, 3, 1},   // three input channels: NCHW input only
+        {1, 32, 5, 5, 40, 3, 1, 1, 1},    // 40 filters: NCHW output only
+        {1, 24, 10, 10, 144, 1, 1, 0, 1}, // 48-filter panels from an NCHW input of 24 channels
+        {1, 32, 9, 9, 16, 1, 1, 0, 1},    // one 16-filter panel
+        {1, 16, 6, 6, 208, 3, 1, 1, 1},   // 64-filter panels, the last with 16
+    };
+    for (const Case& c : cases) {
+        WindowGeometry g;
+        g.input = {c.H, c.W};
+        g.kernel = {c.K, c.K};
+        g.strides = {c.stride, c.stride};
+        g.dilations = {c.dilation, c.dilation};
+        g.pads_begin = {c.pad, c.pad};
+        g.pads_end = {c.pad, c.pad};
+        const int64_t reach = (c.K - 1) * c.dilation + 1;
+        g.output = {(c.H + 2 * c.pad - reach) / c.stride + 1, (c.W + 2 * c.pad - reach) / c.stride + 1};
+        const int64_t P = g.output[0] * g.output[1], HW = c.H * c.W;
+        const std::vector<float> x = random_floats(c.N * c.C * HW, rng);
+        const std::vector<float> w = random_floats(c.M * c.C * c.K * c.K, rng);
+        const std::vector<float> b = random_floats(c.M, rng);
+        const std::vector<float> z = random_floats(c.N * c.M * P, rng);
+        const int64_t depth = c.C * c.K * c.K;
+        // The lane kernels' panel width, and the one chosen for blocked outputs.
+        const LanePackedFilters lane_filters(w.data(), c.M, depth, depth);
+        const LanePackedFilters blocked_filters(w.data(), c.M, depth, depth, blocked_panel_width(c.M));
+
+        ConvEpilogue none, relu_sum, sigmoid;
+        relu_sum.activation = ConvEpilogue::Activation::Relu;
+        relu_sum.has_sum = true;
+        sigmoid.activation = ConvEpilogue::Activation::Sigmoid;
+        for (const ConvEpilogue* e : {&none, &relu_sum, &sigmoid}) {
+            const std::vector<double> want = reference(c, g, x, w, b, e->has_sum ? &z : nullptr, *e);
+            for (int variant = 0; variant < 8; ++variant) {
+                const int layouts = variant % 4;
+                const LanePackedFilters& filters = variant < 4 ? lane_filters : blocked_filters;
+                const BlockedConvLayout layout{(layouts & 1) != 0, (layouts & 2) != 0};
+                if (layout.x_blocked && c.C % 16 != 0) continue;
+                if (layout.y_blocked && c.M % 16 != 0) continue;
+                std::vector<float> xin = x, zin = z;
+                if (layout.x_blocked) to_blocked(pool, x.data(), c.N, c.C, HW, xin.data());
+                if (layout.y_blocked) to_blocked(pool, z.data(), c.N, c.M, P, zin.data());
+                std::vector<float> y(c.N * c.M * P, std::nanf("")), got(y.size());
+                blocked_conv2d(pool, g, filters, layout, xin.data(), c.N, c.C, b.data(), e,
+                               e->has_sum ? zin.data() : nullptr, y.data());
+                if (layout.y_blocked) from_blocked(pool, y.data(), c.N, c.M, P, got.data());
+                else got = y;
+                for (size_t i = 0; i < got.size(); ++i) {
+                    ASSERT_NEAR(got[i], want[i], 1e-4 * (1.0 + std::abs(want[i])))
+                        << "C " << c.C << " M " << c.M << " width " << filters.panel_width() << " K " << c.K << " stride " << c.stride << " layout x "
+                        << layout.x_blocked << " y " << layout.y_blocked << " at " << i;
+                }
+            }
+        }
+    }
+}
+
+TEST(BlockedLayout, DepthwiseMatchesPlainDepthwiseConvolution) {
+    if (!lane_gemm_supported()) GTEST_SKIP() << "the blocked layout needs AVX-512F (or TESSERA_CPU_MAX_ISA caps it)";
+    ThreadPool pool(2);
+    std::mt19937 rng(5);
+    struct DwCase {
+        int64_t N, C, H, W, K, stride, pad, dilation;
+    };
+    const DwCase cases[] = {
+        {1, 32, 14, 14, 3, 1, 1, 1},   // interior runs of 8 and edges
+        {2, 16, 15, 9, 3, 2, 1, 1},    // stride 2, odd sizes, two images
+        {1, 48, 7, 7, 5, 1, 2, 1},     // 5x5, most positions at an edge
+        {1, 16, 11, 20, 3, 1, 2, 2},   // dilated
+        {1, 16, 4, 3, 3, 1, 0, 1},     // no padding, two output columns
+        {1, 16, 2, 2, 3, 1, 1, 1},     // every window leaves the image
+    };
+    for (const DwCase& c : cases) {
+        WindowGeometry g;
+        g.input = {c.H, c.W};
+        g.kernel = {c.K, c.K};
+        g.strides = {c.stride, c.stride};
+        g.dilations = {c.dilation, c.dilation};
+        g.pads_begin = {c.pad, c.pad};
+        g.pads_end = {c.pad, c.pad};
+        const int64_t reach = (c.K - 1) * c.dilation + 1;
+        g.output = {(c.H + 2 * c.pad - reach) / c.stride + 1, (c.W + 2 * c.pad - reach) / c.stride + 1};
+        const int64_t OH = g.output[0], OW = g.output[1], P = OH * OW, HW = c.H * c.W, taps = c.K * c.K;
+        const std::vector<float> x = random_floats(c.N * c.C * HW, rng);
+        const std::vector<float> w = random_floats(c.C * taps, rng);
+        const std::vector<float> b = random_floats(c.C, rng);
+        const std::vector<float> z = random_floats(c.N * c.C * P, rng);
+        const std::vector<float> packed = pack_blocked_depthwise(w.data(), c.C, taps);
+        ConvEpilogue clip_sum, silu;
+        clip_sum.activation = ConvEpilogue::Activation::Clip;
+        clip_sum.alpha = 0.0f;
+        clip_sum.beta = 0.5f;
+        clip_sum.has_sum = true;
+        silu.activation = ConvEpilogue::Activation::Silu;
+        for (const ConvEpilogue* e : {static_cast<const ConvEpilogue*>(nullptr), static_cast<const ConvEpilogue*>(&clip_sum), static_cast<const ConvEpilogue*>(&silu)}) {
+            const bool sum = e != nullptr && e->has_sum;
+            std::vector<float> xb(x.size()), zb(z.size()), y(z.size(), std::nanf("")), got(z.size());
+            to_blocked(pool, x.data(), c.N, c.C, HW, xb.data());
+            to_blocked(pool, z.data(), c.N, c.C, P, zb.data());
+            blocked_depthwise2d(pool, g, packed.data(), c.N, c.C, xb.data(), b.data(), e, sum ? zb.data() : nullptr,
+                                y.data());
+            from_blocked(pool, y.data(), c.N, c.C, P, got.data());
+            for (int64_t n = 0; n < c.N; ++n)
+                for (int64_t ch = 0; ch < c.C; ++ch)
+                    for (int64_t oh = 0; oh < OH; ++oh)
+                        for (int64_t ow = 0; ow < OW; ++ow) {
+                            double s = b[ch];
+                            for (int64_t i = 0; i < c.K; ++i)
+                                for (int64_t j = 0; j < c.K; ++j) {
+                                    const int64_t ih = oh * c.stride - c.pad + i * c.dilation;
+                                    const int64_t iw = ow * c.stride - c.pad + j * c.dilation;
+                                    if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
+                                    s += double(w[ch * taps + i * c.K + j]) * x[((n * c.C + ch) * c.H + ih) * c.W + iw];
+                                }
+                            const int64_t at = ((n * c.C + ch) * OH + oh) * OW + ow;
+                            if (sum) s += z[at];
+                            float want = static_cast<float>(s);
+                            if (e != nullptr) e->apply(&want, static_cast<const float*>(nullptr), 1);
+                            ASSERT_NEAR(got[at], want, 1e-5 * (1.0 + std::abs(want)))
+                                << "C " << c.C << " K " << c.K << " stride " << c.stride << " pad " << c.pad << " at ("
+                                << n << ", " << ch << ", " << oh << ", " << ow << ")";
+                        }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace tessera::cpu
