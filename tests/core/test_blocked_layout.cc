@@ -1,8 +1,8 @@
 // Graphs whose convolution chains the CPU provider holds in the blocked channel layout (plugins/cpu/
 // blocked_layout.cc) give what the same graphs give in NCHW (TESSERA_CPU_BLOCKED_LAYOUT=0), whose kernels are
 // checked against plain references in the kernel tests: chains through fused sums and activations, elementwise
-// operators, a channel Concat, strided and padded convolutions, and values that must stay NCHW (a graph output, a
-// filter count that is not a multiple of 16, a reader without blocked support).
+// operators, a channel Concat, strided and padded convolutions, MaxPool and GlobalAveragePool, and values that must
+// stay NCHW (a graph output, a filter count that is not a multiple of 16, a reader without blocked support).
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -58,9 +58,18 @@ ModelBuilder chain_model() {
     b.node("Mul", {"g", "f"}, {"h"});
     conv(b, rng, "h", "k", 32, 48, 3, 1, 1);
     conv(b, rng, "k", "y1", 48, 40, 1, 1, 0);  // 40 filters: written NCHW
-    set_ints(b.node("MaxPool", {"k"}, {"y2"}), "kernel_shape", {2, 2});  // reads k NCHW
-    conv(b, rng, "r", "y3", 32, 16, 1, 1, 0);  // r's other reader: a graph output of whole blocks
-    b.output("y1", {2, 40, 6, 6}).output("y2", {2, 48, 5, 5}).output("y3", {2, 16, 12, 12});
+    auto& pool = b.node("MaxPool", {"k"}, {"m"});
+    set_ints(pool, "kernel_shape", {3, 3});
+    set_ints(pool, "strides", {2, 2});
+    set_ints(pool, "pads", {1, 1, 1, 1});
+    conv(b, rng, "m", "y2", 48, 16, 1, 1, 0);
+    conv(b, rng, "r", "y3", 32, 16, 1, 1, 0);  // r's other readers: a graph output of whole blocks,
+    b.node("GlobalAveragePool", {"r"}, {"y4"});  // and a pool whose output is NCHW
+    conv(b, rng, "r", "t", 32, 16, 1, 1, 0);
+    b.node("Softmax", {"t"}, {"y5"});  // a reader without blocked support: t stays NCHW
+    b.output("y1", {2, 40, 6, 6}).output("y2", {2, 16, 3, 3}).output("y3", {2, 16, 12, 12});
+    b.output("y4", {2, 32, 1, 1});
+    b.output("y5", {2, 16, 12, 12});
     return b;
 }
 
@@ -81,8 +90,8 @@ std::vector<std::vector<float>> run_model(const ModelBuilder& b, const std::vect
     const TessValue* inputs[] = {input.get()};
     // Twice: the second run uses the memory plan the first recorded.
     for (int run = 0; run < 2; ++run) {
-        TessValue* out[3] = {};
-        StatusPtr s(tess_session_run(session.get(), &name, inputs, 1, nullptr, 3, out));
+        TessValue* out[5] = {};
+        StatusPtr s(tess_session_run(session.get(), &name, inputs, 1, nullptr, 5, out));
         EXPECT_EQ(s, nullptr) << tess_status_message(s.get());
         outputs.clear();
         for (TessValue* v : out) {
@@ -101,8 +110,8 @@ TEST(BlockedLayout, ConvolutionChainsGiveTheNchwResults) {
     const std::vector<float> x = random_floats(2 * 16 * 12 * 12, rng, 1.0f);
     const auto nchw = run_model(b, x, false);
     const auto blocked = run_model(b, x, true);
-    ASSERT_EQ(nchw.size(), 3u);
-    ASSERT_EQ(blocked.size(), 3u);
+    ASSERT_EQ(nchw.size(), 5u);
+    ASSERT_EQ(blocked.size(), 5u);
     for (size_t o = 0; o < nchw.size(); ++o) {
         ASSERT_EQ(nchw[o].size(), blocked[o].size());
         double largest = 0;

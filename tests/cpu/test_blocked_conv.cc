@@ -1,4 +1,4 @@
-// The blocked channel layout (plugins/cpu/util/blocked_conv.h): the reorders, and the convolution on every pair of
+// The blocked channel layout (plugins/cpu/util/blocked_conv.h): the reorders, the pools, and the convolution on every pair of
 // input and output layouts against a plain double convolution over strides, padding, dilation, filter counts
 // that leave panels partly empty, several images, and each kind of epilogue.  Graphs that choose the layout are
 // checked through the C API in tests/core/test_blocked_layout.cc.
@@ -200,6 +200,62 @@ TEST(BlockedLayout, DepthwiseMatchesPlainDepthwiseConvolution) {
                                 << "C " << c.C << " K " << c.K << " stride " << c.stride << " pad " << c.pad << " at ("
                                 << n << ", " << ch << ", " << oh << ", " << ow << ")";
                         }
+        }
+    }
+}
+
+TEST(BlockedLayout, PoolsMatchPlainPools) {
+    if (!lane_gemm_supported()) GTEST_SKIP() << "the blocked layout needs AVX-512F (or TESSERA_CPU_MAX_ISA caps it)";
+    ThreadPool pool(2);
+    std::mt19937 rng(9);
+    const int64_t N = 2, C = 32, H = 13, W = 11;
+    const std::vector<float> x = random_floats(N * C * H * W, rng);
+    std::vector<float> xb(x.size());
+    to_blocked(pool, x.data(), N, C, H * W, xb.data());
+    // SqueezeNet's 3x3 stride-2 windows whose last one passes the image (ceil_mode), and a padded dilated one.
+    struct PoolCase {
+        int64_t k, stride, pad_begin, pad_end, dilation;
+    };
+    for (const PoolCase& c : {PoolCase{3, 2, 0, 1, 1}, PoolCase{3, 1, 1, 1, 2}, PoolCase{2, 2, 0, 0, 1}}) {
+        WindowGeometry g;
+        g.input = {H, W};
+        g.kernel = {c.k, c.k};
+        g.strides = {c.stride, c.stride};
+        g.dilations = {c.dilation, c.dilation};
+        g.pads_begin = {c.pad_begin, c.pad_begin};
+        g.pads_end = {c.pad_end, c.pad_end};
+        const int64_t reach = (c.k - 1) * c.dilation + 1;
+        g.output = {(H + c.pad_begin + c.pad_end - reach) / c.stride + 1,
+                    (W + c.pad_begin + c.pad_end - reach) / c.stride + 1};
+        const int64_t OH = g.output[0], OW = g.output[1];
+        std::vector<float> y(N * C * OH * OW, std::nanf("")), got(y.size());
+        blocked_max_pool2d(pool, g, N, C, xb.data(), y.data());
+        from_blocked(pool, y.data(), N, C, OH * OW, got.data());
+        for (int64_t plane = 0; plane < N * C; ++plane)
+            for (int64_t oh = 0; oh < OH; ++oh)
+                for (int64_t ow = 0; ow < OW; ++ow) {
+                    float want = -INFINITY;
+                    for (int64_t i = 0; i < c.k; ++i)
+                        for (int64_t j = 0; j < c.k; ++j) {
+                            const int64_t ih = oh * c.stride - c.pad_begin + i * c.dilation;
+                            const int64_t iw = ow * c.stride - c.pad_begin + j * c.dilation;
+                            if (ih >= 0 && ih < H && iw >= 0 && iw < W) want = std::max(want, x[(plane * H + ih) * W + iw]);
+                        }
+                    ASSERT_EQ(got[(plane * OH + oh) * OW + ow], want) << "k " << c.k << " at " << plane << ", " << oh << ", " << ow;
+                }
+    }
+    for (const bool max : {false, true}) {
+        std::vector<float> y(N * C, std::nanf(""));
+        blocked_plane_reduce(pool, N, C, H * W, xb.data(), max, y.data());
+        for (int64_t plane = 0; plane < N * C; ++plane) {
+            double sum = 0;
+            float largest = -INFINITY;
+            for (int64_t p = 0; p < H * W; ++p) {
+                sum += x[plane * H * W + p];
+                largest = std::max(largest, x[plane * H * W + p]);
+            }
+            if (max) ASSERT_EQ(y[plane], largest);
+            else ASSERT_NEAR(y[plane], sum / double(H * W), 1e-5);
         }
     }
 }

@@ -442,12 +442,6 @@ private:
         weights_.reset();
     }
 
-    // TESSERA_CPU_BLOCKED_LAYOUT=0 keeps every convolution in NCHW (measurements).
-    static bool blocked_layout_enabled() {
-        const char* env = std::getenv("TESSERA_CPU_BLOCKED_LAYOUT");
-        return lane_gemm_supported() && (env == nullptr || env[0] != '0');
-    }
-
     // The geometry of the input shape the model declares, when it declares a whole 2-D one: the kernel family is
     // chosen from it once (the filters are packed for one family only, so that each weight is held once).
     std::optional<WindowGeometry> declared_geometry(const NodeInfo& info, const Tensor& W) const {

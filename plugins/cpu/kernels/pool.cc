@@ -2,11 +2,13 @@
 // three spatial dimensions; lower ranks run through the 3-D loops with leading dimensions of size 1.
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <cmath>
 #include <limits>
 #include <string>
 
 #include "kernels/all_kernels.h"
+#include "util/blocked_conv.h"
 #include "util/window2d.h"
 #include "util/im2col.h"
 
@@ -258,7 +260,21 @@ bool window_is_whole_plane(const WindowGeometry& g) {
     return true;
 }
 
-class PoolKernel final : public Kernel {
+// How a pool handles the blocked channel layout (util/blocked_conv.h), decided from the declared input shape.
+enum class PoolLayout {
+    NchwOnly,
+    WholePlane,  // reads X blocked when told; Y ([N, C, 1, ...]) is the same bytes in either layout: NCHW
+    Windowed,    // MaxPool: blocked X gives blocked Y
+};
+
+// Whether the reductions of a blocked X can stand in for this node's, given the declared input shape.
+std::optional<int64_t> declared_channels(const NodeInfo& info) {
+    const std::optional<Shape> x = info.input_shape(0);
+    if (!x || x->size() != 4 || (*x)[1] <= 0 || (*x)[1] % kChannelBlock != 0) return std::nullopt;
+    return (*x)[1];
+}
+
+class PoolKernel final : public Kernel, public BlockedLayoutKernel {
 public:
     PoolKernel(const NodeInfo& info, PoolKind kind) : op_(info.op_type()), attrs_(WindowAttributes::parse(info)) {
         options_.kind = kind;
@@ -266,6 +282,26 @@ public:
         options_.column_major_indices = info.attr_int("storage_order", 0) != 0;
         options_.p = kind == PoolKind::Lp ? read_p(info) : 2.0;
         if (attrs_.kernel_shape.empty()) throw KernelError(op_ + ": the kernel_shape attribute is required");
+        const std::optional<Shape> x = info.input_shape(0);
+        if (kind == PoolKind::Lp || !declared_channels(info) || info.has_output(1) || !blocked_layout_enabled() ||
+            attrs_.kernel_shape.size() != 2)
+            return;
+        try {
+            const WindowGeometry g = resolve_window(op_, attrs_, Shape(x->begin() + 2, x->end()), attrs_.kernel_shape);
+            if (window_is_whole_plane(g)) layout_ = PoolLayout::WholePlane;
+            else if (kind == PoolKind::Max && !PoolTables(Pool3(g)).any_empty) layout_ = PoolLayout::Windowed;
+        } catch (const KernelError&) {
+            // compute() reports the problem with the shapes it is given
+        }
+    }
+
+    bool reads_blocked(size_t input) const override { return input == 0 && layout_ != PoolLayout::NchwOnly; }
+    bool writes_blocked() const override { return layout_ == PoolLayout::Windowed; }
+    bool same_layout_as_output(size_t input) const override {
+        return input == 0 && layout_ == PoolLayout::Windowed;
+    }
+    void set_layout(const std::vector<bool>& blocked_inputs, bool /*blocked_output*/) override {
+        x_blocked_ = !blocked_inputs.empty() && blocked_inputs[0];
     }
 
     void compute(KernelContext& ctx) const override {
@@ -278,6 +314,20 @@ public:
             resolve_window(op_, attrs_, Shape(X.shape.begin() + 2, X.shape.end()), attrs_.kernel_shape);
         Shape y_shape{X.shape[0], X.shape[1]};
         y_shape.insert(y_shape.end(), g.output.begin(), g.output.end());
+        if (x_blocked_) {
+            // The graph holds X blocked only with the declared shape, which the input then has.
+            if (X.type != TESS_ELEMENT_FLOAT32 || X.rank() != 4 || X.shape[1] % kChannelBlock != 0)
+                throw KernelError(op_ + ": a blocked X " + shape_string(X.shape) + " that is not float [N, 16k, H, W]");
+            Tensor& Y = ctx.output(0, X.type, y_shape);
+            if (layout_ == PoolLayout::WholePlane) {
+                if (!window_is_whole_plane(g)) throw KernelError(op_ + ": a blocked X of another shape");
+                blocked_plane_reduce(ctx.pool(), X.shape[0], X.shape[1], X.shape[2] * X.shape[3], X.ptr<float>(),
+                                     options_.kind == PoolKind::Max, Y.ptr<float>());
+            } else {
+                blocked_max_pool2d(ctx.pool(), g, X.shape[0], X.shape[1], X.ptr<float>(), Y.ptr<float>());
+            }
+            return;
+        }
         const bool want_indices = options_.kind == PoolKind::Max && ctx.output_count() > 1 && ctx.output_wanted(1);
         // Validate the type before allocating anything.
         if (options_.kind == PoolKind::Max) {
@@ -337,13 +387,25 @@ private:
     std::string op_;
     WindowAttributes attrs_;
     PoolOptions options_{};
+    PoolLayout layout_ = PoolLayout::NchwOnly;
+    bool x_blocked_ = false;  // set_layout
 };
 
 // GlobalAveragePool, GlobalMaxPool, GlobalLpPool: one value per (n, c) plane.
-class GlobalPoolKernel final : public Kernel {
+class GlobalPoolKernel final : public Kernel, public BlockedLayoutKernel {
 public:
     GlobalPoolKernel(const NodeInfo& info, PoolKind kind)
-        : op_(info.op_type()), kind_(kind), p_(kind == PoolKind::Lp ? read_p(info) : 2.0) {}
+        : op_(info.op_type()),
+          kind_(kind),
+          p_(kind == PoolKind::Lp ? read_p(info) : 2.0),
+          blocked_capable_(kind != PoolKind::Lp && declared_channels(info) && blocked_layout_enabled()) {}
+
+    // Y [N, C, 1, 1] is the same bytes in either layout: a blocked X gives an NCHW Y.
+    bool reads_blocked(size_t input) const override { return input == 0 && blocked_capable_; }
+    bool writes_blocked() const override { return false; }
+    void set_layout(const std::vector<bool>& blocked_inputs, bool /*blocked_output*/) override {
+        x_blocked_ = !blocked_inputs.empty() && blocked_inputs[0];
+    }
 
     void compute(KernelContext& ctx) const override {
         const Tensor& X = ctx.input(0);
@@ -355,6 +417,13 @@ public:
         const int64_t planes = X.shape[0] * X.shape[1];
         const int64_t plane = planes == 0 ? 0 : X.size() / planes;
         if (planes == 0) return;
+        if (x_blocked_) {
+            if (X.type != TESS_ELEMENT_FLOAT32 || X.rank() != 4 || X.shape[1] % kChannelBlock != 0)
+                throw KernelError(op_ + ": a blocked X " + shape_string(X.shape) + " that is not float [N, 16k, H, W]");
+            blocked_plane_reduce(ctx.pool(), X.shape[0], X.shape[1], plane, X.ptr<float>(), kind_ == PoolKind::Max,
+                                 Y.ptr<float>());
+            return;
+        }
         dispatch<float, double>(X.type, [&]<typename T>() {
             const T* x = X.ptr<T>();
             T* y = Y.ptr<T>();
@@ -370,6 +439,8 @@ private:
     std::string op_;
     PoolKind kind_;
     double p_;
+    bool blocked_capable_;
+    bool x_blocked_ = false;  // set_layout
 };
 
 template <PoolKind kind>

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <limits>
 #include <utility>
 
 #include "util/conv_epilogue_avx512.h"
@@ -136,6 +138,11 @@ void pad_image(ThreadPool& pool, const Geometry& q, const float* src, bool block
 }
 
 }  // namespace
+
+bool blocked_layout_enabled() {
+    const char* env = std::getenv("TESSERA_CPU_BLOCKED_LAYOUT");
+    return lane_gemm_supported() && (env == nullptr || env[0] != '0');
+}
 
 void to_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst) {
     const int64_t blocks = N * (C / kChannelBlock);
@@ -280,19 +287,22 @@ constexpr int64_t kMaxWindowRows = 4;
 
 // Positions [ow0, ow0 + kPos) of output row oh of one channel block, every tap of which lies inside the image
 // along the width (rows kh0..kh1 lie inside along the height).  Accumulators start from the bias.
-template <int kPos>
+// kMax: the maximum over the window instead (MaxPool; w unused, `bias` is -infinity).
+template <bool kMax, int kPos>
 __attribute__((target("avx512f"))) inline void depthwise_positions(const Geometry& q, const float* x, const float* w,
-                                                                   __m512 bias, int64_t oh, int64_t ow0, int64_t kh0,
-                                                                   int64_t kh1, __m512* acc) {
+                                                                   const __m512& bias, int64_t oh, int64_t ow0,
+                                                                   int64_t kh0, int64_t kh1, __m512* acc) {
     for (int p = 0; p < kPos; ++p) acc[p] = bias;
     for (int64_t kh = kh0; kh < kh1; ++kh) {
         const float* row = x + (oh * q.SH - q.PT + kh * q.DH) * q.W * kChannelBlock;
         for (int64_t kw = 0; kw < q.KW; ++kw) {
-            const __m512 wv = _mm512_loadu_ps(w + (kh * q.KW + kw) * kChannelBlock);
+            const __m512 wv = kMax ? bias : _mm512_loadu_ps(w + (kh * q.KW + kw) * kChannelBlock);
             const float* at = row + (ow0 * q.SW - q.PL + kw * q.DW) * kChannelBlock;
 #pragma GCC unroll 8
-            for (int p = 0; p < kPos; ++p)
-                acc[p] = _mm512_fmadd_ps(_mm512_loadu_ps(at + p * q.SW * kChannelBlock), wv, acc[p]);
+            for (int p = 0; p < kPos; ++p) {
+                const __m512 xv = _mm512_loadu_ps(at + p * q.SW * kChannelBlock);
+                acc[p] = kMax ? _mm512_max_ps(acc[p], xv) : _mm512_fmadd_ps(xv, wv, acc[p]);
+            }
         }
     }
 }
@@ -309,11 +319,14 @@ __attribute__((target("avx512f"))) inline void store_position(const Geometry& q,
     if (epilogue != nullptr && !vector_act) epilogue->apply(y + at, static_cast<const float*>(nullptr), kChannelBlock);
 }
 
+template <bool kMax>
 __attribute__((target("avx512f"))) void depthwise_rows(const Geometry& q, const float* x, const float* w,
                                                        const float* bias, const ConvEpilogue* epilogue,
                                                        bool vector_act, const float* z, float* y, int64_t oh0,
                                                        int64_t oh1) {
-    const __m512 b = bias != nullptr ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+    const __m512 lowest = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    const __m512 b = kMax ? lowest : bias != nullptr ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+    const __m512 identity = kMax ? lowest : _mm512_setzero_ps();
     // Output columns whose whole window lies inside the image along the width: [lo, hi).
     auto inside = [&](int64_t ow) { return ow * q.SW - q.PL >= 0 && ow * q.SW - q.PL + (q.KW - 1) * q.DW < q.W; };
     int64_t lo = 0;
@@ -332,40 +345,48 @@ __attribute__((target("avx512f"))) void depthwise_rows(const Geometry& q, const 
             __m512 acc[kMaxWindowRows];
             for (int64_t kh = kh0; kh < kh1; ++kh) {
                 __m512& a = acc[(kh - kh0) % kMaxWindowRows];
-                if (kh - kh0 < kMaxWindowRows) a = kh == kh0 ? b : _mm512_setzero_ps();
+                if (kh - kh0 < kMaxWindowRows) a = kh == kh0 ? b : identity;
                 const float* row = x + (oh * q.SH - q.PT + kh * q.DH) * q.W * kChannelBlock;
                 for (int64_t kw = 0; kw < q.KW; ++kw) {
                     const int64_t iw = ow * q.SW - q.PL + kw * q.DW;
                     if (iw < 0 || iw >= q.W) continue;
-                    a = _mm512_fmadd_ps(_mm512_loadu_ps(row + iw * kChannelBlock),
-                                        _mm512_loadu_ps(w + (kh * q.KW + kw) * kChannelBlock), a);
+                    const __m512 xv = _mm512_loadu_ps(row + iw * kChannelBlock);
+                    a = kMax ? _mm512_max_ps(a, xv)
+                             : _mm512_fmadd_ps(xv, _mm512_loadu_ps(w + (kh * q.KW + kw) * kChannelBlock), a);
                 }
             }
             __m512 total = kh1 > kh0 ? acc[0] : b;
-            for (int64_t i = 1; i < std::min<int64_t>(kh1 - kh0, kMaxWindowRows); ++i) total = _mm512_add_ps(total, acc[i]);
+            for (int64_t i = 1; i < std::min<int64_t>(kh1 - kh0, kMaxWindowRows); ++i)
+                total = kMax ? _mm512_max_ps(total, acc[i]) : _mm512_add_ps(total, acc[i]);
             store_position(q, oh, ow, total, epilogue, vector_act, z, y);
         }
         int64_t ow = lo;
         for (; ow + 8 <= hi; ow += 8) {
             __m512 acc[8];
-            depthwise_positions<8>(q, x, w, b, oh, ow, kh0, kh1, acc);
+            depthwise_positions<kMax, 8>(q, x, w, b, oh, ow, kh0, kh1, acc);
             for (int p = 0; p < 8; ++p) store_position(q, oh, ow + p, acc[p], epilogue, vector_act, z, y);
         }
         if (ow < hi) {
             __m512 acc[8];
             const int64_t left = hi - ow;
             switch (left) {
-                case 1: depthwise_positions<1>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
-                case 2: depthwise_positions<2>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
-                case 3: depthwise_positions<3>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
-                case 4: depthwise_positions<4>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
-                case 5: depthwise_positions<5>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
-                case 6: depthwise_positions<6>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
-                default: depthwise_positions<7>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
+                case 1: depthwise_positions<kMax, 1>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
+                case 2: depthwise_positions<kMax, 2>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
+                case 3: depthwise_positions<kMax, 3>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
+                case 4: depthwise_positions<kMax, 4>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
+                case 5: depthwise_positions<kMax, 5>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
+                case 6: depthwise_positions<kMax, 6>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
+                default: depthwise_positions<kMax, 7>(q, x, w, b, oh, ow, kh0, kh1, acc); break;
             }
             for (int64_t p = 0; p < left; ++p) store_position(q, oh, ow + p, acc[p], epilogue, vector_act, z, y);
         }
     }
+}
+
+// How many bands of output rows the per-block kernels split a plane into (see blocked_depthwise2d).
+int64_t plane_bands(const ThreadPool& pool, const Geometry& q, int64_t blocks) {
+    const int64_t threads = pool.size();
+    return q.OH >= 8 * threads ? 4 * threads : std::min(q.OH, (4 * threads + blocks - 1) / blocks);
 }
 
 }  // namespace
@@ -380,18 +401,67 @@ void blocked_depthwise2d(ThreadPool& pool, const WindowGeometry& g, const float*
     // Bands of rows with every channel block of a band on one thread, so that a thread reads the positions its
     // neighbouring layers (split by positions too) leave in, and take from, its cache; on small planes, with many
     // blocks, fewer bands (7x7 rows do not split evenly) and the blocks split instead.
-    const int64_t threads = pool.size();
-    const int64_t bands = q.OH >= 8 * threads ? 4 * threads : std::min(q.OH, (4 * threads + blocks - 1) / blocks);
+    const int64_t bands = plane_bands(pool, q, blocks);
     pool.parallel_for(N * bands * blocks, 1, [&](int64_t first, int64_t last) {
         for (int64_t t = first; t < last; ++t) {
             const int64_t n = t / (bands * blocks), band = t / blocks % bands, cb = t % blocks;
             const int64_t oh0 = band_begin(q.OH, bands, band), oh1 = band_begin(q.OH, bands, band + 1);
             const int64_t image_block = n * blocks + cb;
-            depthwise_rows(q, x + image_block * in_block, packed_w + cb * taps * kChannelBlock,
+            depthwise_rows<false>(q, x + image_block * in_block, packed_w + cb * taps * kChannelBlock,
                            bias != nullptr ? bias + cb * kChannelBlock : nullptr, epilogue, vector_act,
                            z != nullptr ? z + image_block * out_block : nullptr, y + image_block * out_block, oh0, oh1);
         }
     });
+}
+
+void blocked_max_pool2d(ThreadPool& pool, const WindowGeometry& g, int64_t N, int64_t C, const float* x, float* y) {
+    const Geometry q = geometry_of(g, C);
+    const int64_t blocks = C / kChannelBlock;
+    const int64_t in_block = q.H * q.W * kChannelBlock, out_block = q.OH * q.OW * kChannelBlock;
+    const int64_t bands = plane_bands(pool, q, blocks);
+    pool.parallel_for(N * bands * blocks, 1, [&](int64_t first, int64_t last) {
+        for (int64_t t = first; t < last; ++t) {
+            const int64_t n = t / (bands * blocks), band = t / blocks % bands, cb = t % blocks;
+            const int64_t image_block = n * blocks + cb;
+            depthwise_rows<true>(q, x + image_block * in_block, nullptr, nullptr, nullptr, true, nullptr,
+                                 y + image_block * out_block, band_begin(q.OH, bands, band),
+                                 band_begin(q.OH, bands, band + 1));
+        }
+    });
+}
+
+namespace {
+
+// The average or maximum of `positions` blocked positions: 16 channels' results.
+__attribute__((target("avx512f"))) void reduce_block(const float* x, int64_t positions, bool max, float* out) {
+    __m512 acc[4];
+    for (__m512& a : acc) a = max ? _mm512_set1_ps(-std::numeric_limits<float>::infinity()) : _mm512_setzero_ps();
+    int64_t p = 0;
+    for (; p + 4 <= positions; p += 4)
+        for (int i = 0; i < 4; ++i) {
+            const __m512 v = _mm512_loadu_ps(x + (p + i) * kChannelBlock);
+            acc[i] = max ? _mm512_max_ps(acc[i], v) : _mm512_add_ps(acc[i], v);
+        }
+    for (; p < positions; ++p) {
+        const __m512 v = _mm512_loadu_ps(x + p * kChannelBlock);
+        acc[0] = max ? _mm512_max_ps(acc[0], v) : _mm512_add_ps(acc[0], v);
+    }
+    __m512 total = acc[0];
+    for (int i = 1; i < 4; ++i) total = max ? _mm512_max_ps(total, acc[i]) : _mm512_add_ps(total, acc[i]);
+    if (!max) total = _mm512_mul_ps(total, _mm512_set1_ps(1.0f / static_cast<float>(positions)));
+    _mm512_storeu_ps(out, total);
+}
+
+}  // namespace
+
+void blocked_plane_reduce(ThreadPool& pool, int64_t N, int64_t C, int64_t positions, const float* x, bool max,
+                          float* y) {
+    const int64_t blocks = N * (C / kChannelBlock);
+    pool.parallel_for(blocks, std::max<int64_t>(1, 2048 / std::max<int64_t>(1, positions)),
+                      [&](int64_t first, int64_t last) {
+                          for (int64_t b = first; b < last; ++b)
+                              reduce_block(x + b * positions * kChannelBlock, positions, max, y + b * kChannelBlock);
+                      });
 }
 
 }  // namespace tessera::cpu

@@ -24,6 +24,10 @@ namespace tessera::cpu {
 
 constexpr int64_t kChannelBlock = 16;
 
+// Whether kernels may offer the blocked layout: AVX-512F, and TESSERA_CPU_BLOCKED_LAYOUT not 0 (which keeps every
+// tensor NCHW, for measurements and tests).  Read when a kernel is created.
+bool blocked_layout_enabled();
+
 // dst (blocked) from src (NCHW) and back, for N images of C channels (a multiple of 16) and `positions` each.
 void to_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst);
 void from_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst);
@@ -55,5 +59,14 @@ std::vector<float> pack_blocked_depthwise(const float* w, int64_t C, int64_t tap
 // Splits the work across the pool by bands of output rows; call it outside any parallel region.
 void blocked_depthwise2d(ThreadPool& pool, const WindowGeometry& g, const float* packed_w, int64_t N, int64_t C,
                          const float* x, const float* bias, const ConvEpilogue* epilogue, const float* z, float* y);
+
+// MaxPool from a blocked X to a blocked Y (C a multiple of 16), on the depthwise kernel's loops; every window must
+// hold at least one element of the image.  Splits the work across the pool.
+void blocked_max_pool2d(ThreadPool& pool, const WindowGeometry& g, int64_t N, int64_t C, const float* x, float* y);
+
+// The average (or, with `max`, the maximum) of each channel's `positions` values of a blocked X [N, C, ...]:
+// y[n * C + c], which is NCHW and blocked alike.  Splits the work across the pool.
+void blocked_plane_reduce(ThreadPool& pool, int64_t N, int64_t C, int64_t positions, const float* x, bool max,
+                          float* y);
 
 }  // namespace tessera::cpu
