@@ -1,8 +1,9 @@
 // Graphs whose convolution chains the CPU provider holds in the blocked channel layout (plugins/cpu/
 // blocked_layout.cc) give what the same graphs give in NCHW (TESSERA_CPU_BLOCKED_LAYOUT=0), whose kernels are
 // checked against plain references in the kernel tests: chains through fused sums and activations, elementwise
-// operators, a channel Concat, strided and padded convolutions, MaxPool and GlobalAveragePool, and values that must
-// stay NCHW (a graph output, a filter count that is not a multiple of 16, a reader without blocked support).
+// operators, a channel Concat, strided and padded convolutions, MaxPool, AveragePool, GlobalAveragePool and
+// BatchNormalization, and values that must stay NCHW (a graph output, a filter count that is not a multiple of
+// 16, a reader without blocked support).
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -62,12 +63,21 @@ ModelBuilder chain_model() {
     set_ints(pool, "kernel_shape", {3, 3});
     set_ints(pool, "strides", {2, 2});
     set_ints(pool, "pads", {1, 1, 1, 1});
-    conv(b, rng, "m", "y2", 48, 16, 1, 1, 0);
+    b.initializer("bn_scale", {48}, random_floats(48, rng, 1.0f));
+    b.initializer("bn_bias", {48}, random_floats(48, rng, 0.5f));
+    b.initializer("bn_mean", {48}, random_floats(48, rng, 0.5f));
+    std::vector<float> variance = random_floats(48, rng, 1.0f);
+    for (float& v : variance) v = v * v + 0.1f;
+    b.initializer("bn_var", {48}, variance);
+    b.node("BatchNormalization", {"m", "bn_scale", "bn_bias", "bn_mean", "bn_var"}, {"bn"});
+    b.node("Relu", {"bn"}, {"bnr"});
+    set_ints(b.node("AveragePool", {"bnr"}, {"avg"}), "kernel_shape", {2, 2});
+    conv(b, rng, "avg", "y2", 48, 16, 1, 1, 0);
     conv(b, rng, "r", "y3", 32, 16, 1, 1, 0);  // r's other readers: a graph output of whole blocks,
     b.node("GlobalAveragePool", {"r"}, {"y4"});  // and a pool whose output is NCHW
     conv(b, rng, "r", "t", 32, 16, 1, 1, 0);
     b.node("Softmax", {"t"}, {"y5"});  // a reader without blocked support: t stays NCHW
-    b.output("y1", {2, 40, 6, 6}).output("y2", {2, 16, 3, 3}).output("y3", {2, 16, 12, 12});
+    b.output("y1", {2, 40, 6, 6}).output("y2", {2, 16, 2, 2}).output("y3", {2, 16, 12, 12});
     b.output("y4", {2, 32, 1, 1});
     b.output("y5", {2, 16, 12, 12});
     return b;

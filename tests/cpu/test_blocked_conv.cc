@@ -204,7 +204,7 @@ TEST(BlockedLayout, DepthwiseMatchesPlainDepthwiseConvolution) {
     }
 }
 
-TEST(BlockedLayout, PoolsMatchPlainPools) {
+TEST(BlockedLayout, PoolsAndScaleShiftMatchPlainLoops) {
     if (!lane_gemm_supported()) GTEST_SKIP() << "the blocked layout needs AVX-512F (or TESSERA_CPU_MAX_ISA caps it)";
     ThreadPool pool(2);
     std::mt19937 rng(9);
@@ -243,6 +243,16 @@ TEST(BlockedLayout, PoolsMatchPlainPools) {
                         }
                     ASSERT_EQ(got[(plane * OH + oh) * OW + ow], want) << "k " << c.k << " at " << plane << ", " << oh << ", " << ow;
                 }
+    }
+    {
+        std::vector<float> a = random_floats(C, rng), b = random_floats(C, rng), y(x.size()), got(x.size());
+        blocked_scale_shift(pool, N, C, H * W, xb.data(), a.data(), b.data(), y.data());
+        from_blocked(pool, y.data(), N, C, H * W, got.data());
+        for (int64_t plane = 0; plane < N * C; ++plane)
+            for (int64_t p = 0; p < H * W; ++p) {
+                const float want = x[plane * H * W + p] * a[plane % C] + b[plane % C];
+                ASSERT_NEAR(got[plane * H * W + p], want, 1e-6f * (1.0f + std::abs(want)));
+            }
     }
     for (const bool max : {false, true}) {
         std::vector<float> y(N * C, std::nanf(""));

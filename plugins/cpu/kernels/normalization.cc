@@ -2,11 +2,14 @@
 // MeanVarianceNormalization (float, double).  Statistics accumulate in double.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "kernels/all_kernels.h"
 #include "util/axes.h"
+#include "util/blocked_conv.h"
 #include "util/broadcast.h"
+#include "util/thread_scratch.h"
 
 namespace tessera::cpu {
 
@@ -63,14 +66,26 @@ int64_t plane_grain(int64_t plane) { return std::max<int64_t>(1, 32768 / std::ma
 // Inference: Y = (X - mean) / sqrt(var + epsilon) * scale + B per channel.  Training (opset >= 14 with
 // training_mode=1, or an older node asking for the statistics outputs): the batch statistics normalize X, and the
 // running statistics are blended with `momentum`.
-class BatchNormKernel final : public Kernel {
+class BatchNormKernel final : public Kernel, public BlockedLayoutKernel {
 public:
     explicit BatchNormKernel(const NodeInfo& info)
         : epsilon_(info.attr_float("epsilon", 1e-5f)),
           momentum_(info.attr_float("momentum", 0.9f)),
           training_(info.opset() >= 14
                         ? info.attr_int("training_mode", 0) != 0
-                        : info.has_output(1) || info.has_output(2) || info.has_output(3) || info.has_output(4)) {}
+                        : info.has_output(1) || info.has_output(2) || info.has_output(3) || info.has_output(4)) {
+        const std::optional<Shape> x = info.input_shape(0);
+        blocked_capable_ = !training_ && blocked_layout_enabled() && info.input_type(0) == TESS_ELEMENT_FLOAT32 &&
+                           x && x->size() == 4 && (*x)[1] > 0 && (*x)[1] % kChannelBlock == 0;
+    }
+
+    // Inference is per channel and element by element: a blocked X gives a blocked Y.
+    bool reads_blocked(size_t input) const override { return input == 0 && blocked_capable_; }
+    bool writes_blocked() const override { return blocked_capable_; }
+    bool same_layout_as_output(size_t input) const override { return input == 0; }
+    void set_layout(const std::vector<bool>& blocked_inputs, bool /*blocked_output*/) override {
+        x_blocked_ = !blocked_inputs.empty() && blocked_inputs[0];
+    }
 
     void compute(KernelContext& ctx) const override {
         const Tensor& X = ctx.input(0);
@@ -83,6 +98,24 @@ public:
         for (size_t i = 1; i < 5; ++i) check_channel_input("BatchNormalization", X, ctx.input(i), names[i], C);
         const int64_t plane = N * C == 0 ? 0 : X.size() / (N * C);
         Tensor& Y = ctx.output(0, X.type, X.shape);
+        if (x_blocked_) {
+            // Held blocked only with the declared float [N, 16k, H, W] shape, which X then has.
+            if (X.type != TESS_ELEMENT_FLOAT32 || C % kChannelBlock != 0)
+                throw KernelError("BatchNormalization: a blocked X " + shape_string(X.shape) + " that is not float [N, 16k, ...]");
+            float* a = thread_scratch_buffer<float, 12>(2 * C);
+            float* b = a + C;
+            const float* scale = ctx.input(1).ptr<float>();
+            const float* bias = ctx.input(2).ptr<float>();
+            const float* mean = ctx.input(3).ptr<float>();
+            const float* var = ctx.input(4).ptr<float>();
+            for (int64_t c = 0; c < C; ++c) {
+                const double ac = scale[c] / std::sqrt(double(var[c]) + epsilon_);
+                a[c] = static_cast<float>(ac);
+                b[c] = static_cast<float>(bias[c] - mean[c] * ac);
+            }
+            blocked_scale_shift(ctx.pool(), N, C, plane, X.ptr<float>(), a, b, Y.ptr<float>());
+            return;
+        }
         dispatch<float, double>(X.type, [&]<typename T>() {
             const T* scale = ctx.input(1).ptr<T>();
             const T* bias = ctx.input(2).ptr<T>();
@@ -154,6 +187,8 @@ private:
     float epsilon_;
     float momentum_;
     bool training_;
+    bool blocked_capable_ = false;  // inference on a declared float [N, 16k, H, W]
+    bool x_blocked_ = false;        // set_layout
 };
 
 // ---- InstanceNormalization and GroupNormalization -----------------------------------------------------------

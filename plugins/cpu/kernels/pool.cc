@@ -264,8 +264,17 @@ bool window_is_whole_plane(const WindowGeometry& g) {
 enum class PoolLayout {
     NchwOnly,
     WholePlane,  // reads X blocked when told; Y ([N, C, 1, ...]) is the same bytes in either layout: NCHW
-    Windowed,    // MaxPool: blocked X gives blocked Y
+    Windowed,    // MaxPool, or AveragePool whose windows all lie inside the image: blocked X gives blocked Y
 };
+
+// Whether every window of g lies inside the input (no padding, and no partial window from ceil_mode).
+bool windows_inside(const WindowGeometry& g) {
+    for (size_t d = 0; d < g.rank(); ++d) {
+        if (g.pads_begin[d] != 0 || g.pads_end[d] != 0) return false;
+        if ((g.output[d] - 1) * g.strides[d] + (g.kernel[d] - 1) * g.dilations[d] + 1 > g.input[d]) return false;
+    }
+    return true;
+}
 
 // Whether the reductions of a blocked X can stand in for this node's, given the declared input shape.
 std::optional<int64_t> declared_channels(const NodeInfo& info) {
@@ -288,8 +297,16 @@ public:
             return;
         try {
             const WindowGeometry g = resolve_window(op_, attrs_, Shape(x->begin() + 2, x->end()), attrs_.kernel_shape);
-            if (window_is_whole_plane(g)) layout_ = PoolLayout::WholePlane;
-            else if (kind == PoolKind::Max && !PoolTables(Pool3(g)).any_empty) layout_ = PoolLayout::Windowed;
+            if (window_is_whole_plane(g)) {
+                layout_ = PoolLayout::WholePlane;
+            } else if (kind == PoolKind::Max && !PoolTables(Pool3(g)).any_empty) {
+                layout_ = PoolLayout::Windowed;
+            } else if (kind == PoolKind::Average && windows_inside(g)) {
+                // A depthwise convolution whose weights are all 1 / window size (no window is ever cut short).
+                layout_ = PoolLayout::Windowed;
+                const int64_t taps = g.kernel[0] * g.kernel[1];
+                average_weights_.assign((*x)[1] * taps, 1.0f / static_cast<float>(taps));
+            }
         } catch (const KernelError&) {
             // compute() reports the problem with the shapes it is given
         }
@@ -323,8 +340,13 @@ public:
                 if (!window_is_whole_plane(g)) throw KernelError(op_ + ": a blocked X of another shape");
                 blocked_plane_reduce(ctx.pool(), X.shape[0], X.shape[1], X.shape[2] * X.shape[3], X.ptr<float>(),
                                      options_.kind == PoolKind::Max, Y.ptr<float>());
-            } else {
+            } else if (options_.kind == PoolKind::Max) {
                 blocked_max_pool2d(ctx.pool(), g, X.shape[0], X.shape[1], X.ptr<float>(), Y.ptr<float>());
+            } else {
+                if (!windows_inside(g) || static_cast<int64_t>(average_weights_.size()) != X.shape[1] * g.kernel_size())
+                    throw KernelError(op_ + ": a blocked X of another shape");
+                blocked_depthwise2d(ctx.pool(), g, average_weights_.data(), X.shape[0], X.shape[1], X.ptr<float>(),
+                                    nullptr, nullptr, nullptr, Y.ptr<float>());
             }
             return;
         }
@@ -388,7 +410,8 @@ private:
     WindowAttributes attrs_;
     PoolOptions options_{};
     PoolLayout layout_ = PoolLayout::NchwOnly;
-    bool x_blocked_ = false;  // set_layout
+    std::vector<float> average_weights_;  // AveragePool in the blocked layout: C x window of 1 / window size
+    bool x_blocked_ = false;              // set_layout
 };
 
 // GlobalAveragePool, GlobalMaxPool, GlobalLpPool: one value per (n, c) plane.

@@ -464,4 +464,28 @@ void blocked_plane_reduce(ThreadPool& pool, int64_t N, int64_t C, int64_t positi
                       });
 }
 
+namespace {
+
+__attribute__((target("avx512f"))) void scale_shift_block(const float* x, int64_t positions, const float* a,
+                                                          const float* b, float* y) {
+    const __m512 av = _mm512_loadu_ps(a), bv = _mm512_loadu_ps(b);
+    for (int64_t p = 0; p < positions; ++p)
+        _mm512_storeu_ps(y + p * kChannelBlock, _mm512_fmadd_ps(_mm512_loadu_ps(x + p * kChannelBlock), av, bv));
+}
+
+}  // namespace
+
+void blocked_scale_shift(ThreadPool& pool, int64_t N, int64_t C, int64_t positions, const float* x, const float* a,
+                         const float* b, float* y) {
+    const int64_t blocks = C / kChannelBlock;
+    pool.parallel_for(N * blocks, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, positions)),
+                      [&](int64_t first, int64_t last) {
+                          for (int64_t t = first; t < last; ++t) {
+                              const int64_t cb = t % blocks, at = t * positions * kChannelBlock;
+                              scale_shift_block(x + at, positions, a + cb * kChannelBlock, b + cb * kChannelBlock,
+                                                y + at);
+                          }
+                      });
+}
+
 }  // namespace tessera::cpu

@@ -61,12 +61,18 @@ void blocked_depthwise2d(ThreadPool& pool, const WindowGeometry& g, const float*
                          const float* x, const float* bias, const ConvEpilogue* epilogue, const float* z, float* y);
 
 // MaxPool from a blocked X to a blocked Y (C a multiple of 16), on the depthwise kernel's loops; every window must
-// hold at least one element of the image.  Splits the work across the pool.
+// hold at least one element of the image.  Splits the work across the pool.  (An AveragePool whose windows all lie
+// inside the image is blocked_depthwise2d with every weight 1 / window size.)
 void blocked_max_pool2d(ThreadPool& pool, const WindowGeometry& g, int64_t N, int64_t C, const float* x, float* y);
 
 // The average (or, with `max`, the maximum) of each channel's `positions` values of a blocked X [N, C, ...]:
 // y[n * C + c], which is NCHW and blocked alike.  Splits the work across the pool.
 void blocked_plane_reduce(ThreadPool& pool, int64_t N, int64_t C, int64_t positions, const float* x, bool max,
                           float* y);
+
+// y = x * a[c] + b[c] for every element of channel c of a blocked X [N, C, ...] (BatchNormalization in inference),
+// Y blocked; x and y may be the same.  Splits the work across the pool.
+void blocked_scale_shift(ThreadPool& pool, int64_t N, int64_t C, int64_t positions, const float* x, const float* a,
+                         const float* b, float* y);
 
 }  // namespace tessera::cpu
