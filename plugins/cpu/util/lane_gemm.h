@@ -84,8 +84,10 @@ void pack_lane_rows(const float* A, int64_t M, int64_t K, int64_t lda, int64_t b
 // Columns of panels [panel_begin, panel_end) of C (row stride ldc) = packed A x B.  On the calling thread; requires
 // lane_gemm_supported(); never throws.
 // bias: NULL, or B.panels() * B.panel_width() values (zero past B.rows()) that C's rows start from.
+// next_panel: the panel (or -1) the caller computes next, fetched into L2 a slice per step of this call's tiles so
+// that it streams in from memory meanwhile.
 void lane_matmul(const LanePackedFilters& B, int64_t panel_begin, int64_t panel_end, const float* packed_a, int64_t M,
-                 float* C, int64_t ldc, const float* bias = nullptr);
+                 float* C, int64_t ldc, const float* bias = nullptr, int64_t next_panel = -1);
 
 // The whole product C = A x B (+ bias, padded as above) (A [M, K] with row stride lda), A packed into the calling
 // thread's scratch and the panels (and, for few panels, the rows) split across the pool; `epilogue` (may be NULL)
