@@ -24,6 +24,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -175,6 +176,14 @@ std::vector<T> values_of(const HarnessValue& v) {
 }
 
 // ---- Host table -------------------------------------------------------------------------------------------
+
+// `count` floats drawn uniformly from [-1, 1): test data for the kernels' reference comparisons.
+inline std::vector<float> random_floats(size_t count, std::mt19937& rng) {
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> v(count);
+    for (float& f : v) f = dist(rng);
+    return v;
+}
 
 struct HarnessStatus {
     int32_t code;

@@ -8,18 +8,14 @@
 #include <random>
 #include <vector>
 
+#include "kernel_harness.h"
 #include "thread_pool.h"
 #include "util/blocked_conv.h"
 
 namespace tessera::cpu {
 namespace {
 
-std::vector<float> random_floats(size_t count, std::mt19937& rng) {
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    std::vector<float> v(count);
-    for (float& f : v) f = dist(rng);
-    return v;
-}
+using testing::random_floats;
 
 TEST(BlockedLayout, ReordersRoundTrip) {
     ThreadPool pool(2);
@@ -34,6 +30,21 @@ TEST(BlockedLayout, ReordersRoundTrip) {
                 ASSERT_EQ(blocked[((n * (C / 16) + c / 16) * P + p) * 16 + c % 16], x[(n * C + c) * P + p]);
     from_blocked(pool, blocked.data(), N, C, P, back.data());
     EXPECT_EQ(back, x);
+}
+
+// A 2-D window over H x W with square kernel k, equal strides, pads and dilations (pads_end may differ).
+WindowGeometry window(int64_t H, int64_t W, int64_t k, int64_t stride, int64_t pad_begin, int64_t pad_end,
+                      int64_t dilation) {
+    WindowGeometry g;
+    g.input = {H, W};
+    g.kernel = {k, k};
+    g.strides = {stride, stride};
+    g.dilations = {dilation, dilation};
+    g.pads_begin = {pad_begin, pad_begin};
+    g.pads_end = {pad_end, pad_end};
+    const int64_t reach = (k - 1) * dilation + 1;
+    g.output = {(H + pad_begin + pad_end - reach) / stride + 1, (W + pad_begin + pad_end - reach) / stride + 1};
+    return g;
 }
 
 struct Case {
@@ -86,15 +97,7 @@ TEST(BlockedLayout, ConvolutionMatchesPlainConvolutionInEveryLayout) {
         {1, 16, 6, 6, 208, 3, 1, 1, 1},   // 64-filter panels, the last with 16
     };
     for (const Case& c : cases) {
-        WindowGeometry g;
-        g.input = {c.H, c.W};
-        g.kernel = {c.K, c.K};
-        g.strides = {c.stride, c.stride};
-        g.dilations = {c.dilation, c.dilation};
-        g.pads_begin = {c.pad, c.pad};
-        g.pads_end = {c.pad, c.pad};
-        const int64_t reach = (c.K - 1) * c.dilation + 1;
-        g.output = {(c.H + 2 * c.pad - reach) / c.stride + 1, (c.W + 2 * c.pad - reach) / c.stride + 1};
+        const WindowGeometry g = window(c.H, c.W, c.K, c.stride, c.pad, c.pad, c.dilation);
         const int64_t P = g.output[0] * g.output[1], HW = c.H * c.W;
         const std::vector<float> x = random_floats(c.N * c.C * HW, rng);
         const std::vector<float> w = random_floats(c.M * c.C * c.K * c.K, rng);
@@ -148,58 +151,38 @@ TEST(BlockedLayout, DepthwiseMatchesPlainDepthwiseConvolution) {
         {1, 48, 7, 7, 5, 1, 2, 1},     // 5x5, most positions at an edge
         {1, 16, 11, 20, 3, 1, 2, 2},   // dilated
         {1, 16, 4, 3, 3, 1, 0, 1},     // no padding, two output columns
-        {1, 16, 2, 2, 3, 1, 1, 1},     // every window leaves the image
+        {1, 16, 2, 2, 3, 1, 1, 1},     // every window crosses the edge
     };
     for (const DwCase& c : cases) {
-        WindowGeometry g;
-        g.input = {c.H, c.W};
-        g.kernel = {c.K, c.K};
-        g.strides = {c.stride, c.stride};
-        g.dilations = {c.dilation, c.dilation};
-        g.pads_begin = {c.pad, c.pad};
-        g.pads_end = {c.pad, c.pad};
-        const int64_t reach = (c.K - 1) * c.dilation + 1;
-        g.output = {(c.H + 2 * c.pad - reach) / c.stride + 1, (c.W + 2 * c.pad - reach) / c.stride + 1};
+        const WindowGeometry g = window(c.H, c.W, c.K, c.stride, c.pad, c.pad, c.dilation);
         const int64_t OH = g.output[0], OW = g.output[1], P = OH * OW, HW = c.H * c.W, taps = c.K * c.K;
         const std::vector<float> x = random_floats(c.N * c.C * HW, rng);
         const std::vector<float> w = random_floats(c.C * taps, rng);
         const std::vector<float> b = random_floats(c.C, rng);
         const std::vector<float> z = random_floats(c.N * c.C * P, rng);
         const std::vector<float> packed = pack_blocked_depthwise(w.data(), c.C, taps);
-        ConvEpilogue clip_sum, silu;
+        // The plain reference with the depthwise filters spread over a dense [C, C, K, K] (zero off the diagonal).
+        std::vector<float> dense(c.C * c.C * taps, 0.0f);
+        for (int64_t ch = 0; ch < c.C; ++ch)
+            std::copy(w.begin() + ch * taps, w.begin() + (ch + 1) * taps, dense.begin() + (ch * c.C + ch) * taps);
+        const Case as_dense{c.N, c.C, c.H, c.W, c.C, c.K, c.stride, c.pad, c.dilation};
+        ConvEpilogue none, clip_sum, silu;
         clip_sum.activation = ConvEpilogue::Activation::Clip;
         clip_sum.alpha = 0.0f;
         clip_sum.beta = 0.5f;
         clip_sum.has_sum = true;
         silu.activation = ConvEpilogue::Activation::Silu;
-        for (const ConvEpilogue* e : {static_cast<const ConvEpilogue*>(nullptr), static_cast<const ConvEpilogue*>(&clip_sum), static_cast<const ConvEpilogue*>(&silu)}) {
-            const bool sum = e != nullptr && e->has_sum;
+        for (const ConvEpilogue* e : {&none, &clip_sum, &silu}) {
+            const std::vector<double> want = reference(as_dense, g, x, dense, b, e->has_sum ? &z : nullptr, *e);
             std::vector<float> xb(x.size()), zb(z.size()), y(z.size(), std::nanf("")), got(z.size());
             to_blocked(pool, x.data(), c.N, c.C, HW, xb.data());
             to_blocked(pool, z.data(), c.N, c.C, P, zb.data());
-            blocked_depthwise2d(pool, g, packed.data(), c.N, c.C, xb.data(), b.data(), e, sum ? zb.data() : nullptr,
-                                y.data());
+            blocked_depthwise2d(pool, g, packed.data(), c.N, c.C, xb.data(), b.data(), e,
+                                e->has_sum ? zb.data() : nullptr, y.data());
             from_blocked(pool, y.data(), c.N, c.C, P, got.data());
-            for (int64_t n = 0; n < c.N; ++n)
-                for (int64_t ch = 0; ch < c.C; ++ch)
-                    for (int64_t oh = 0; oh < OH; ++oh)
-                        for (int64_t ow = 0; ow < OW; ++ow) {
-                            double s = b[ch];
-                            for (int64_t i = 0; i < c.K; ++i)
-                                for (int64_t j = 0; j < c.K; ++j) {
-                                    const int64_t ih = oh * c.stride - c.pad + i * c.dilation;
-                                    const int64_t iw = ow * c.stride - c.pad + j * c.dilation;
-                                    if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
-                                    s += double(w[ch * taps + i * c.K + j]) * x[((n * c.C + ch) * c.H + ih) * c.W + iw];
-                                }
-                            const int64_t at = ((n * c.C + ch) * OH + oh) * OW + ow;
-                            if (sum) s += z[at];
-                            float want = static_cast<float>(s);
-                            if (e != nullptr) e->apply(&want, static_cast<const float*>(nullptr), 1);
-                            ASSERT_NEAR(got[at], want, 1e-5 * (1.0 + std::abs(want)))
-                                << "C " << c.C << " K " << c.K << " stride " << c.stride << " pad " << c.pad << " at ("
-                                << n << ", " << ch << ", " << oh << ", " << ow << ")";
-                        }
+            for (size_t i = 0; i < got.size(); ++i)
+                ASSERT_NEAR(got[i], want[i], 1e-5 * (1.0 + std::abs(want[i])))
+                    << "C " << c.C << " K " << c.K << " stride " << c.stride << " pad " << c.pad << " at " << i;
         }
     }
 }
@@ -217,16 +200,7 @@ TEST(BlockedLayout, PoolsAndScaleShiftMatchPlainLoops) {
         int64_t k, stride, pad_begin, pad_end, dilation;
     };
     for (const PoolCase& c : {PoolCase{3, 2, 0, 1, 1}, PoolCase{3, 1, 1, 1, 2}, PoolCase{2, 2, 0, 0, 1}}) {
-        WindowGeometry g;
-        g.input = {H, W};
-        g.kernel = {c.k, c.k};
-        g.strides = {c.stride, c.stride};
-        g.dilations = {c.dilation, c.dilation};
-        g.pads_begin = {c.pad_begin, c.pad_begin};
-        g.pads_end = {c.pad_end, c.pad_end};
-        const int64_t reach = (c.k - 1) * c.dilation + 1;
-        g.output = {(H + c.pad_begin + c.pad_end - reach) / c.stride + 1,
-                    (W + c.pad_begin + c.pad_end - reach) / c.stride + 1};
+        const WindowGeometry g = window(H, W, c.k, c.stride, c.pad_begin, c.pad_end, c.dilation);
         const int64_t OH = g.output[0], OW = g.output[1];
         std::vector<float> y(N * C * OH * OW, std::nanf("")), got(y.size());
         blocked_max_pool2d(pool, g, N, C, xb.data(), y.data());

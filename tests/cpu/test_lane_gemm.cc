@@ -18,13 +18,6 @@ namespace {
 
 using namespace testing;
 
-std::vector<float> random_floats(size_t count, std::mt19937& rng) {
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    std::vector<float> v(count);
-    for (float& f : v) f = dist(rng);
-    return v;
-}
-
 TEST(LaneGemm, PanelWidthFollowsTheFilterCount) {
     EXPECT_EQ(lane_panel_width_for(64), 64);
     EXPECT_EQ(lane_panel_width_for(2048), 64);

@@ -150,28 +150,34 @@ bool blocked_layout_enabled() {
     return lane_gemm_supported() && (env == nullptr || env[0] != '0');
 }
 
-void to_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst) {
-    const int64_t blocks = N * (C / kChannelBlock);
-    pool.parallel_for(blocks, 1, [&](int64_t first, int64_t last) {
+namespace {
+
+// Moves each block of 16 channels between [16][positions] (NCHW) and [positions][16] (blocked).
+void reorder_blocks(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst,
+                    bool to_blocked_layout) {
+    const int64_t channel_step = to_blocked_layout ? positions : 1, position_step = to_blocked_layout ? 1 : kChannelBlock;
+    pool.parallel_for(N * (C / kChannelBlock), 1, [&](int64_t first, int64_t last) {
         for (int64_t b = first; b < last; ++b) {
             const float* in = src + b * kChannelBlock * positions;
             float* out = dst + b * kChannelBlock * positions;
-            for (int64_t p = 0; p < positions; ++p)
-                for (int64_t c = 0; c < kChannelBlock; ++c) out[p * kChannelBlock + c] = in[c * positions + p];
+            // out in order: blocked destinations position-major, NCHW ones channel-major.
+            for (int64_t i = 0; i < kChannelBlock * positions; ++i) {
+                const int64_t p = to_blocked_layout ? i / kChannelBlock : i % positions;
+                const int64_t c = to_blocked_layout ? i % kChannelBlock : i / positions;
+                out[i] = in[c * channel_step + p * position_step];
+            }
         }
     });
 }
 
+}  // namespace
+
+void to_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst) {
+    reorder_blocks(pool, src, N, C, positions, dst, true);
+}
+
 void from_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst) {
-    const int64_t blocks = N * (C / kChannelBlock);
-    pool.parallel_for(blocks, 1, [&](int64_t first, int64_t last) {
-        for (int64_t b = first; b < last; ++b) {
-            const float* in = src + b * kChannelBlock * positions;
-            float* out = dst + b * kChannelBlock * positions;
-            for (int64_t c = 0; c < kChannelBlock; ++c)
-                for (int64_t p = 0; p < positions; ++p) out[c * positions + p] = in[p * kChannelBlock + c];
-        }
-    });
+    reorder_blocks(pool, src, N, C, positions, dst, false);
 }
 
 int64_t blocked_panel_width(int64_t filters) {
