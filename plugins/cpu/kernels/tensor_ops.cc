@@ -2,7 +2,6 @@
 // Scatter*, Pad, Tile, Expand, DepthToSpace, SpaceToDepth, Trilu, OneHot) work on element bytes through
 // util/data_movement.h, so one code path serves every element type including strings and packed types.  Cast and
 // CastLike convert through util/element_convert.h; TopK, CumSum and NonZero dispatch on value types.
-#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 
 #include "host.h"
 #include "kernels/all_kernels.h"
+#include "util/cpu_isa.h"
 #include "util/axes.h"
 #include "util/broadcast.h"
 #include "util/data_movement.h"
@@ -812,15 +812,8 @@ __attribute__((target("avx,f16c"))) void half_to_float_f16c(const uint16_t* in, 
     for (; i < n; ++i) out[i] = fp::half_to_float(in[i]);
 }
 
-bool has_f16c() {
-    // F16C is read from CPUID directly: clang before 15 does not know __builtin_cpu_supports("f16c").  The "avx"
-    // check also covers the OS saving the YMM registers.
-    static const bool supported = [] {
-        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-        return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0 && __builtin_cpu_supports("avx");
-    }();
-    return supported;
-}
+// F16C is part of the Avx2 level (util/cpu_isa.h).
+bool has_f16c() { return cpu_allows(CpuIsa::Avx2); }
 
 void cast_tensor(KernelContext& ctx, const Tensor& input, int32_t to, const convert::CastOptions& options) {
     if (input.type == to) {

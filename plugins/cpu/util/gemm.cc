@@ -1,4 +1,5 @@
 // CPU provider: matrix products over single-threaded OpenBLAS, split across the session pool.
+#include "util/cpu_isa.h"
 #include "util/gemm.h"
 
 #include <cblas.h>
@@ -322,15 +323,8 @@ struct TileKernel {
 
 // AVX-512: 8 x 32 (16 accumulators; CNN channel counts are multiples of 8).  AVX2: 6 x 16 (12 of 16 registers).
 TileKernel select_tile_kernel() {
-    const char* cap = std::getenv("TESSERA_CPU_MAX_ISA");
-    const std::string max_isa = cap != nullptr ? cap : "";
-    if (max_isa == "none") return {};
-    if (max_isa != "avx2" && __builtin_cpu_supports("avx512f")) {
-        return {tile_avx512<8, false>, tile_avx512<8, true>, 8, 32};
-    }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        return {tile_avx2<6, false>, tile_avx2<6, true>, 6, 16};
-    }
+    if (cpu_allows(CpuIsa::Avx512)) return {tile_avx512<8, false>, tile_avx512<8, true>, 8, 32};
+    if (cpu_allows(CpuIsa::Avx2)) return {tile_avx2<6, false>, tile_avx2<6, true>, 6, 16};
     return {};
 }
 

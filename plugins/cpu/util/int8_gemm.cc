@@ -11,6 +11,7 @@
 // max|a - a_zero| * max|b - b_zero|, and every partial sum a gemm forms (in whatever order, blocking or FMA use)
 // is a sum of at most K such products, so when K times that bound is at most 2^24 (float) or 2^53 (double), every
 // intermediate value is an integer the type represents exactly and the result is the exact sum.
+#include "util/cpu_isa.h"
 #include "util/int8_gemm.h"
 
 #include <cpuid.h>
@@ -48,12 +49,9 @@ bool enable_amx() {
 }
 
 Isa detect_isa() {
-    std::string cap;
-    if (const char* value = std::getenv("TESSERA_CPU_MAX_ISA")) cap = value;
-    if (cap == "avx2" || cap == "none") return Isa::Fallback;
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vnni")) return Isa::Fallback;
-    if (cap != "avx512" && enable_amx()) return Isa::Amx;
+    const CpuFeatures& f = cpu_features();
+    if (!f.avx512_vnni) return Isa::Fallback;
+    if (f.amx_allowed && enable_amx()) return Isa::Amx;
     return Isa::Vnni;
 }
 

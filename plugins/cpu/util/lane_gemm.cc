@@ -1,3 +1,4 @@
+#include "util/cpu_isa.h"
 #include "util/lane_gemm.h"
 
 #include <immintrin.h>
@@ -104,17 +105,10 @@ constexpr auto kStrideTiles32 = tiles<2, false>(std::make_integer_sequence<int, 
 // depth stay in L2 while the row blocks sweep the panel.
 constexpr int64_t kLaneDepthBlock = 1024;
 
-bool detect_support() {
-    const char* cap = std::getenv("TESSERA_CPU_MAX_ISA");
-    const std::string max_isa = cap != nullptr ? cap : "";
-    return max_isa != "avx2" && max_isa != "none" && __builtin_cpu_supports("avx512f");
-}
-
 }  // namespace
 
 bool lane_gemm_supported() {
-    static const bool supported = detect_support();
-    return supported;
+    return cpu_allows(CpuIsa::Avx512);
 }
 
 void LanePackedFilters::Free::operator()(float* p) const { std::free(p); }

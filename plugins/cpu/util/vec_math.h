@@ -28,6 +28,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "util/cpu_isa.h"
+
 // Vectors are passed by value between always-inlined functions only; the ABI note GCC emits for such
 // signatures in baseline-ISA code does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -42,17 +44,11 @@ using Vi = int32_t __attribute__((vector_size(kLanes * sizeof(int32_t))));
 
 enum class Isa { Baseline, Avx2, Avx512 };
 
+// The level util/cpu_isa.h allows (TESSERA_CPU_MAX_ISA included).
 inline Isa best_isa() {
-    static const Isa isa = [] {
-        __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw")) {
-            return Isa::Avx512;
-        }
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
-        return Isa::Baseline;
-    }();
-    return isa;
+    if (cpu_allows(CpuIsa::Avx512)) return Isa::Avx512;
+    if (cpu_allows(CpuIsa::Avx2)) return Isa::Avx2;
+    return Isa::Baseline;
 }
 
 template <typename Body>
