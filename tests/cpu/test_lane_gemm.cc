@@ -1,7 +1,7 @@
 // The lane micro-kernels (plugins/cpu/util/lane_gemm.h) against a plain double product, over panel widths, tile
 // remainders, position chunks and tabulated row offsets, and the FusedMatMulBias kernel on every path it takes
 // (lane panels, packed columns, runtime weights; constant or runtime bias) against a plain reference.  Convolutions
-// that reach the lane kernels through the Conv kernel are checked in test_conv_gemm.cc.
+// that reach the lane kernels through the Conv kernel are checked in test_conv_ops.cc.
 #include <gtest/gtest.h>
 
 #include <cmath>
