@@ -13,6 +13,7 @@ void register_all_kernels(KernelRegistry& registry) {
     register_gemm_kernels(registry);
     register_shape_kernels(registry);
     register_tensor_kernels(registry);
+    register_tensor_value_kernels(registry);
     register_sequence_kernels(registry);
     register_string_kernels(registry);
     register_attention_kernels(registry);

@@ -25,7 +25,7 @@ using testing::tensor;
 using testing::ValueHandle;
 using testing::values_of;
 
-const KernelRegistry& registry() { return testing::registry_with<register_tensor_kernels, register_quantize_kernels>(); }
+const KernelRegistry& registry() { return testing::registry_with<register_tensor_kernels, register_tensor_value_kernels, register_quantize_kernels>(); }
 
 struct Float6Type {
     int32_t type;
