@@ -29,7 +29,8 @@ void register_resize_kernels(KernelRegistry& registry);        // kernels/resize
 void register_image_kernels(KernelRegistry& registry);         // kernels/image.cc: GridSample, RoiAlign, NMS, ...
 void register_image_decoder_kernels(KernelRegistry& registry); // kernels/image_decoder.cc: ImageDecoder
 void register_loss_kernels(KernelRegistry& registry);           // kernels/loss.cc: NLL and softmax cross-entropy
-void register_quantize_kernels(KernelRegistry& registry);      // kernels/quantize.cc: (De)QuantizeLinear, QLinear*, *Integer
+void register_quantize_kernels(KernelRegistry& registry);      // kernels/quantize.cc: (De)QuantizeLinear, DynamicQuantizeLinear
+void register_quantized_product_kernels(KernelRegistry& registry);  // kernels/quantized_products.cc: MatMulInteger, QLinearConv, ...
 void register_math_kernels(KernelRegistry& registry);          // kernels/math_ops.cc: Einsum, Det, CumProd, LpNormalization, Swish, SwiGLU
 void register_misc_kernels(KernelRegistry& registry);          // kernels/misc_ops.cc: Unique, Compress, TfIdfVectorizer, random, ...
 void register_ml_kernels(KernelRegistry& registry);            // kernels/ml_ops.cc: ai.onnx.ml (LabelEncoder, TreeEnsemble, ...)

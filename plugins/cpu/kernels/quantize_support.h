@@ -1,0 +1,70 @@
+// CPU provider: what the quantization kernels (quantize.cc) and the integer products (quantized_products.cc) share:
+// the quantized element types' ranges, the precision of a division by a scale, and reading small parameter tensors.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernel.h"
+#include "util/element_convert.h"
+
+namespace tessera::cpu::quant {
+
+// All elements of a small tensor (scales, zero points) as doubles.
+inline std::vector<double> load_all(const Tensor& t) {
+    std::vector<double> values(static_cast<size_t>(t.size()));
+    convert::load_doubles(t.type, t.data, 0, t.size(), values.data());
+    return values;
+}
+
+struct IntegerRange {
+    double low, high;
+};
+
+inline std::optional<IntegerRange> integer_range(int32_t type) {
+    switch (type) {
+        case TESS_ELEMENT_UINT8: return IntegerRange{0, 255};
+        case TESS_ELEMENT_INT8: return IntegerRange{-128, 127};
+        case TESS_ELEMENT_UINT16: return IntegerRange{0, 65535};
+        case TESS_ELEMENT_INT16: return IntegerRange{-32768, 32767};
+        case TESS_ELEMENT_UINT4: return IntegerRange{0, 15};
+        case TESS_ELEMENT_INT4: return IntegerRange{-8, 7};
+        case TESS_ELEMENT_UINT2: return IntegerRange{0, 3};
+        case TESS_ELEMENT_INT2: return IntegerRange{-2, 1};
+        default: return std::nullopt;
+    }
+}
+
+// Integers of 2 to 16 bits and the small floats (float8, float6, float4).
+inline bool is_quantized_type(int32_t type) {
+    return integer_range(type).has_value() || convert::minifloat_of(type) != nullptr;
+}
+
+inline bool is_float_type(int32_t type) {
+    return type == TESS_ELEMENT_FLOAT32 || type == TESS_ELEMENT_FLOAT16 || type == TESS_ELEMENT_BFLOAT16;
+}
+
+// The precision of the division x / scale.  The quotient is computed in float and rounded to the precision: for
+// 16-bit operands that equals a division carried out in the 16-bit type (float has more than 2p+2 bits).
+enum class Precision { Float, Half, BFloat16 };
+
+inline Precision precision_of(const std::string& op, int32_t type) {
+    switch (type) {
+        case TESS_ELEMENT_FLOAT32: return Precision::Float;
+        case TESS_ELEMENT_FLOAT16: return Precision::Half;
+        case TESS_ELEMENT_BFLOAT16: return Precision::BFloat16;
+        default: throw KernelError(op + ": unsupported precision " + std::string(element_type_name(type)));
+    }
+}
+
+inline float round_to(Precision p, float v) {
+    switch (p) {
+        case Precision::Float: return v;
+        case Precision::Half: return fp::half_to_float(fp::float_to_half(v));
+        case Precision::BFloat16: return fp::bfloat16_to_float(fp::float_to_bfloat16(v));
+    }
+    return v;
+}
+
+}  // namespace tessera::cpu::quant

@@ -1,0 +1,594 @@
+// CPU provider: the integer products MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv.  They run on
+// util/int8_gemm.h (exact int32 sums of the zero-point-corrected operands) and finish in an epilogue (int32 output,
+// or requantization).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "host.h"
+#include "kernels/all_kernels.h"
+#include "kernels/quantize_support.h"
+#include "util/axes.h"
+#include "util/element_convert.h"
+#include "util/gemm.h"
+#include "util/im2col.h"
+#include "util/int8_gemm.h"
+#include "util/type_list.h"
+#include "util/vec_math.h"
+
+namespace tessera::cpu {
+
+namespace {
+
+using namespace quant;
+
+// ---- integer products ------------------------------------------------------------------------------------------
+
+// Where the scale or zero point of element (row, column) of an operand viewed as [rows, columns] lives:
+// (row % row_modulo, or row / row_divisor * row_multiplier) + column * column_step.
+struct ParamIndex {
+    int64_t row_modulo = 0;
+    int64_t row_divisor = 1;
+    int64_t row_multiplier = 0;
+    int64_t column_step = 0;
+
+    int64_t operator()(int64_t row, int64_t column) const {
+        return (row_modulo ? row % row_modulo : row / row_divisor * row_multiplier) + column * column_step;
+    }
+};
+
+enum class MatrixSide { A, B };  // A: parameters per row, B: per column
+
+// The layout of a MatMul operand's scale or zero point: a scalar (per tensor), or per row of A / per column of B,
+// given either as a 1-D vector shared by every matrix of the batch or with the operand's shape and the reduced
+// dimension set to 1.
+ParamIndex matrix_param_index(const std::string& op, const char* name, const Shape& param, const Shape& operand,
+                              MatrixSide side) {
+    ParamIndex index;
+    if (shape_size(param) == 1) return index;
+    const size_t rank = operand.size();
+    if (rank >= 2) {
+        const int64_t rows = operand[rank - 2], columns = operand[rank - 1];
+        Shape full = operand;
+        full[side == MatrixSide::A ? rank - 1 : rank - 2] = 1;
+        if (side == MatrixSide::A && param == Shape{rows}) {
+            index.row_modulo = rows;
+            return index;
+        }
+        if (side == MatrixSide::A && param == full) {
+            index.row_multiplier = 1;
+            return index;
+        }
+        if (side == MatrixSide::B && param == Shape{columns}) {
+            index.column_step = 1;
+            return index;
+        }
+        if (side == MatrixSide::B && param == full) {
+            index.row_divisor = rows;
+            index.row_multiplier = columns;
+            index.column_step = 1;
+            return index;
+        }
+    }
+    throw KernelError(op + ": " + name + " " + shape_string(param) + " must be a scalar or per-" +
+                      (side == MatrixSide::A ? "row" : "column") + " values for " + shape_string(operand));
+}
+
+void check_8bit(const std::string& op, const char* name, const Tensor& t) {
+    if (t.type != TESS_ELEMENT_INT8 && t.type != TESS_ELEMENT_UINT8) throw_unsupported_type(op + " " + name, t.type);
+}
+
+// The zero points of an int8/uint8 operand and where each element finds its own.
+struct ZeroPoints {
+    std::vector<int32_t> values{0};
+    ParamIndex index;
+
+    // Absent: zero.  The zero point must have the operand's element type.
+    static ZeroPoints load(const std::string& op, const Tensor* zero_point, const Tensor& data) {
+        ZeroPoints zp;
+        if (zero_point == nullptr) return zp;
+        if (zero_point->type != data.type) {
+            throw KernelError(op + ": a zero point's element type " + element_type_name(zero_point->type) +
+                              " differs from its input's " + element_type_name(data.type));
+        }
+        std::vector<int64_t> wide(static_cast<size_t>(zero_point->size()));
+        convert::load_int64s(zero_point->type, zero_point->data, 0, zero_point->size(), wide.data());
+        zp.values.assign(wide.begin(), wide.end());
+        return zp;
+    }
+    // Per row of A (count rows from global row `first`), or per column of the B matrix whose first global row is
+    // `row` (count columns).
+    std::vector<int32_t> rows(int64_t first, int64_t count) const {
+        std::vector<int32_t> out(static_cast<size_t>(count));
+        for (int64_t r = 0; r < count; ++r) out[r] = values[index(first + r, 0)];
+        return out;
+    }
+    std::vector<int32_t> columns(int64_t row, int64_t count) const {
+        std::vector<int32_t> out(static_cast<size_t>(count));
+        for (int64_t c = 0; c < count; ++c) out[c] = values[index(row, c)];
+        return out;
+    }
+};
+
+// The B operand of an integer MatMul packed for int8_gemm, one packing per matrix of its batch.  Kernels pack a
+// constant B once when they are created.
+struct PackedMatMulB {
+    Shape shape;
+    int32_t type = TESS_ELEMENT_UNDEFINED;
+    std::vector<Int8PackedB> matrices;
+
+    static PackedMatMulB pack(const Tensor& B, ThreadPool* pool) {
+        PackedMatMulB packed;
+        packed.shape = B.shape;
+        packed.type = B.type;
+        const int64_t K = B.rank() == 1 ? B.shape[0] : B.shape[B.rank() - 2];
+        const int64_t N = B.rank() == 1 ? 1 : B.shape[B.rank() - 1];
+        const int64_t count = (K * N) != 0 ? B.size() / (K * N) : 0;
+        const auto* bytes = static_cast<const uint8_t*>(B.data);
+        for (int64_t i = 0; i < count; ++i) {
+            packed.matrices.emplace_back(bytes + i * K * N, B.type == TESS_ELEMENT_INT8, K, N, N, 1, pool);
+        }
+        return packed;
+    }
+};
+
+std::optional<PackedMatMulB> prepack_matmul_b(const NodeInfo& info, size_t index) {
+    const std::optional<Tensor> B = info.constant_tensor(index);
+    if (!B || (B->type != TESS_ELEMENT_INT8 && B->type != TESS_ELEMENT_UINT8) || B->rank() == 0) return std::nullopt;
+    return PackedMatMulB::pack(*B, nullptr);
+}
+
+// The global row of A and of B where product p of the plan starts (for parameter lookups).
+struct ProductRows {
+    int64_t a_row, b_row;
+};
+ProductRows product_rows(const MatMulPlan& plan, int64_t p) {
+    // A folded batch has no offset tables: A's matrices are contiguous and B is shared.
+    const int64_t a_offset = plan.fold_batch_into_rows ? p * plan.M * plan.K : plan.a_offsets[p];
+    const int64_t b_offset = plan.fold_batch_into_rows ? 0 : plan.b_offsets[p];
+    return {plan.K ? a_offset / plan.K : 0, plan.N ? b_offset / plan.N : 0};
+}
+
+// sums (laid out as plan.output_shape) = (A - a_zero) x (B - b_zero), exact, wrapped to 32 bits.
+void integer_matmul(ThreadPool& pool, const MatMulPlan& plan, const Tensor& A, const ZeroPoints& a_zero,
+                    const Tensor& B, const ZeroPoints& b_zero, const PackedMatMulB* prepacked, int32_t* sums) {
+    const int64_t M = plan.M, N = plan.N, K = plan.K;
+    if (plan.batch * M * N == 0) return;
+    std::optional<PackedMatMulB> packed_here;
+    if (prepacked == nullptr || prepacked->shape != B.shape || prepacked->type != B.type) {
+        packed_here = PackedMatMulB::pack(B, &pool);
+        prepacked = &*packed_here;
+    }
+    if (K == 0) {
+        std::fill(sums, sums + plan.batch * M * N, 0);
+        return;
+    }
+    const auto* a_bytes = static_cast<const uint8_t*>(A.data);
+    const bool a_signed = A.type == TESS_ELEMENT_INT8;
+    // A folded batch is one product of batch * M rows.
+    const int64_t products = plan.fold_batch_into_rows ? 1 : plan.batch;
+    const int64_t rows = plan.fold_batch_into_rows ? plan.batch * M : M;
+    for (int64_t p = 0; p < products; ++p) {
+        const ProductRows at = product_rows(plan, p);
+        const std::vector<int32_t> za = a_zero.rows(at.a_row, rows);
+        const std::vector<int32_t> zb = b_zero.columns(at.b_row, N);
+        int8_gemm(pool, rows, a_bytes + at.a_row * K, a_signed, K, prepacked->matrices[at.b_row / K], za.data(),
+                  zb.data(), sums + p * M * N, N);
+    }
+}
+
+class MatMulIntegerKernel final : public Kernel {
+public:
+    explicit MatMulIntegerKernel(const NodeInfo& info) : packed_b_(prepack_matmul_b(info, 1)) {}
+
+    void compute(KernelContext& ctx) const override {
+        const std::string op = "MatMulInteger";
+        const Tensor& A = ctx.input(0);
+        const Tensor& B = ctx.input(1);
+        check_8bit(op, "A", A);
+        check_8bit(op, "B", B);
+        const MatMulPlan plan = plan_matmul(A.shape, B.shape, op);
+        ZeroPoints a_zero = ZeroPoints::load(op, ctx.has_input(2) ? &ctx.input(2) : nullptr, A);
+        ZeroPoints b_zero = ZeroPoints::load(op, ctx.has_input(3) ? &ctx.input(3) : nullptr, B);
+        if (ctx.has_input(2))
+            a_zero.index = matrix_param_index(op, "a_zero_point", ctx.input(2).shape, A.shape, MatrixSide::A);
+        if (ctx.has_input(3))
+            b_zero.index = matrix_param_index(op, "b_zero_point", ctx.input(3).shape, B.shape, MatrixSide::B);
+        Tensor& Y = ctx.output(0, TESS_ELEMENT_INT32, plan.output_shape);
+        integer_matmul(ctx.pool(), plan, A, a_zero, B, b_zero, packed_b_ ? &*packed_b_ : nullptr, Y.ptr<int32_t>());
+    }
+
+private:
+    std::optional<PackedMatMulB> packed_b_;
+};
+
+// The quantization parameters of a requantized output: y = saturate(round(sum * multiplier) + zero_point).
+struct OutputQuantization {
+    int32_t type = TESS_ELEMENT_UINT8;
+    double zero_point = 0;
+    IntegerRange range{0, 255};
+};
+
+// 8 lanes of an 8-bit type (vector_size cannot apply to a template parameter directly).
+template <typename T> struct Lanes8;
+template <> struct Lanes8<uint8_t> { using type = uint8_t __attribute__((vector_size(8))); };
+template <> struct Lanes8<int8_t> { using type = int8_t __attribute__((vector_size(8))); };
+
+// y[i] = saturate(round_half_even(double(sums[i] + bias) * multiplier) + zero_point) for i < n, the sum wrapping to
+// 32 bits; the multiplier is multipliers[i], or multipliers[0] for all when `uniform`.  The product is taken in
+// double as ONNX's reference does; values are limited to just outside the output range before rounding so that the
+// rounding trick (v + 1.5 * 2^52) - 1.5 * 2^52 applies.
+template <typename Out> void requantize_run(const int32_t* sums, int32_t bias, const double* multipliers, bool uniform,
+                                            int64_t n, const OutputQuantization& q, Out* y) {
+    using Vd = double __attribute__((vector_size(64)));
+    using Vi = int32_t __attribute__((vector_size(32)));
+    using Vu = uint32_t __attribute__((vector_size(32)));
+    using Narrow = typename Lanes8<Out>::type;
+    const double zero = q.zero_point, low = q.range.low, high = q.range.high;
+    vec::run_best_isa([=] {
+        constexpr double kMagic = 6755399441055744.0;
+        const Vd below = Vd{} + (low - 1.0 - zero), above = Vd{} + (high + 1.0 - zero);
+        const Vd vzero = Vd{} + zero, vlow = Vd{} + low, vhigh = Vd{} + high,
+                 uniform_multiplier = Vd{} + multipliers[0];
+        // Lanes [k, k + 8) of the sums (and multipliers) starting at these pointers.
+        auto block = [&](const int32_t* s_ptr, const double* m_ptr, Out* out_ptr) {
+            Vi s;
+            std::memcpy(&s, s_ptr, sizeof s);
+            s = reinterpret_cast<Vi>(reinterpret_cast<Vu>(s) + static_cast<uint32_t>(bias));
+            Vd m = uniform_multiplier;
+            if (!uniform) std::memcpy(&m, m_ptr, sizeof m);
+            Vd v = __builtin_convertvector(s, Vd) * m;
+            v = v > below ? v : below;
+            v = v < above ? v : above;
+            v = ((v + kMagic) - kMagic) + vzero;
+            v = v > vlow ? v : vlow;
+            v = v < vhigh ? v : vhigh;
+            const Narrow out = __builtin_convertvector(__builtin_convertvector(v, Vi), Narrow);
+            std::memcpy(out_ptr, &out, sizeof out);
+        };
+        int64_t k = 0;
+        for (; k + 8 <= n; k += 8) block(sums + k, multipliers + k, y + k);
+        if (k < n) {  // the tail through padded copies
+            int32_t s_tail[8] = {};
+            double m_tail[8] = {};
+            Out out_tail[8];
+            std::memcpy(s_tail, sums + k, static_cast<size_t>(n - k) * sizeof(int32_t));
+            if (!uniform) std::memcpy(m_tail, multipliers + k, static_cast<size_t>(n - k) * sizeof(double));
+            block(s_tail, m_tail, out_tail);
+            std::memcpy(y + k, out_tail, static_cast<size_t>(n - k) * sizeof(Out));
+        }
+    });
+}
+
+template <typename Fn> void dispatch_8bit(int32_t type, const Fn& fn) { dispatch<int8_t, uint8_t>(type, fn); }
+
+// Scales of QLinearMatMul: float, float16 or bfloat16 (opset 21), all of one type.  The multiplier
+// a_scale * b_scale / y_scale is computed in that type and the requantization in double, as the reference does.
+class QLinearMatMulKernel final : public Kernel {
+public:
+    explicit QLinearMatMulKernel(const NodeInfo& info)
+        : declared_output_type_(info.output_type(0)), packed_b_(prepack_matmul_b(info, 3)) {}
+
+    void compute(KernelContext& ctx) const override {
+        const std::string op = "QLinearMatMul";
+        const Tensor& A = ctx.input(0);
+        const Tensor& a_scale = ctx.input(1);
+        const Tensor& B = ctx.input(3);
+        const Tensor& b_scale = ctx.input(4);
+        const Tensor& y_scale = ctx.input(6);
+        check_8bit(op, "a", A);
+        check_8bit(op, "b", B);
+        for (const Tensor* s : {&a_scale, &b_scale, &y_scale}) {
+            if (!is_float_type(s->type)) throw_unsupported_type(op + " scale", s->type);
+            if (s->type != a_scale.type) throw KernelError(op + ": the scales must have one element type");
+        }
+        const Precision precision = precision_of(op, a_scale.type);
+        const MatMulPlan plan = plan_matmul(A.shape, B.shape, op);
+        const ParamIndex a_scale_index = matrix_param_index(op, "a_scale", a_scale.shape, A.shape, MatrixSide::A);
+        const ParamIndex b_scale_index = matrix_param_index(op, "b_scale", b_scale.shape, B.shape, MatrixSide::B);
+        ZeroPoints a_zero = ZeroPoints::load(op, ctx.has_input(2) ? &ctx.input(2) : nullptr, A);
+        ZeroPoints b_zero = ZeroPoints::load(op, ctx.has_input(5) ? &ctx.input(5) : nullptr, B);
+        if (ctx.has_input(2))
+            a_zero.index = matrix_param_index(op, "a_zero_point", ctx.input(2).shape, A.shape, MatrixSide::A);
+        if (ctx.has_input(5))
+            b_zero.index = matrix_param_index(op, "b_zero_point", ctx.input(5).shape, B.shape, MatrixSide::B);
+        if (y_scale.size() != 1)
+            throw KernelError(op + ": y_scale must be a scalar, got " + shape_string(y_scale.shape));
+        OutputQuantization out;
+        out.type = ctx.has_input(7)
+                       ? ctx.input(7).type
+                       : (declared_output_type_ != TESS_ELEMENT_UNDEFINED ? declared_output_type_ : A.type);
+        if (out.type != TESS_ELEMENT_INT8 && out.type != TESS_ELEMENT_UINT8)
+            throw_unsupported_type(op + " y", out.type);
+        if (ctx.has_input(7)) {
+            if (ctx.input(7).size() != 1) throw KernelError(op + ": y_zero_point must be a scalar");
+            out.zero_point = load_all(ctx.input(7))[0];
+        }
+        out.range = *integer_range(out.type);
+
+        std::vector<float> a_scales, b_scales;
+        for (double s : load_all(a_scale)) a_scales.push_back(static_cast<float>(s));
+        for (double s : load_all(b_scale)) b_scales.push_back(static_cast<float>(s));
+        const float y_scale_value = static_cast<float>(load_all(y_scale)[0]);
+
+        std::vector<int32_t> sums(static_cast<size_t>(shape_size(plan.output_shape)));
+        integer_matmul(ctx.pool(), plan, A, a_zero, B, b_zero, packed_b_ ? &*packed_b_ : nullptr, sums.data());
+        Tensor& Y = ctx.output(0, out.type, plan.output_shape);
+        const int64_t M = plan.M, N = plan.N;
+        auto multiplier = [&](float as, float bs) {
+            return static_cast<double>(round_to(precision, round_to(precision, as * bs) / y_scale_value));
+        };
+        const bool uniform = a_scales.size() == 1 && b_scales.size() == 1;
+        const double uniform_multiplier = multiplier(a_scales[0], b_scales[0]);
+        dispatch_8bit(out.type, [&]<typename Out>() {
+            Out* y = Y.ptr<Out>();
+            ctx.pool().parallel_for(
+                plan.batch * M, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, N)),
+                [&](int64_t first, int64_t last) {
+                    std::vector<double> row_multipliers(uniform ? 1 : static_cast<size_t>(N), uniform_multiplier);
+                    for (int64_t r = first; r < last; ++r) {
+                        if (!uniform) {
+                            const ProductRows at = product_rows(plan, r / M);
+                            const float as = a_scales[a_scale_index(at.a_row + r % M, 0)];
+                            for (int64_t n = 0; n < N; ++n)
+                                row_multipliers[n] = multiplier(as, b_scales[b_scale_index(at.b_row, n)]);
+                        }
+                        requantize_run(sums.data() + r * N, 0, row_multipliers.data(), uniform, N, out, y + r * N);
+                    }
+                });
+        });
+    }
+
+private:
+    int32_t declared_output_type_;
+    std::optional<PackedMatMulB> packed_b_;
+};
+
+// ---- ConvInteger and QLinearConv -------------------------------------------------------------------------------
+
+// im2col of an 8-bit image [channels, input positions] into col [channels * kernel taps, output positions], taps in
+// the padding reading `pad` (the zero point, so that they contribute nothing once it is subtracted).  Rows are
+// split across the pool; along the last spatial dimension the taps inside the image are copied as runs.
+void im2col_bytes(ThreadPool& pool, const WindowGeometry& g, const uint8_t* image, int64_t channels, uint8_t pad,
+                  uint8_t* col) {
+    const size_t rank = g.rank(), last_dim = rank - 1;
+    const int64_t taps = g.kernel_size(), positions = g.output_size(), width = g.output[last_dim];
+    const int64_t lines = width ? positions / width : 0;  // output positions before the last dimension
+    pool.parallel_for(
+        channels * taps, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, positions)),
+        [&](int64_t first, int64_t last) {
+            std::vector<int64_t> tap(rank), line(rank);
+            for (int64_t r = first; r < last; ++r) {
+                const uint8_t* plane = image + (r / taps) * g.input_size();
+                for (int64_t t = r % taps, d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
+                    tap[d] = t % g.kernel[d];
+                    t /= g.kernel[d];
+                }
+                const int64_t start = tap[last_dim] * g.dilations[last_dim] - g.pads_begin[last_dim];
+                const TapRange inside = taps_inside(start, width, g.strides[last_dim], g.input[last_dim]);
+                std::fill(line.begin(), line.end(), 0);
+                for (int64_t l = 0; l < lines; ++l) {
+                    uint8_t* out = col + r * positions + l * width;
+                    int64_t offset = 0;
+                    bool valid = inside.first < inside.last;
+                    for (size_t d = 0; d < last_dim; ++d) {
+                        const int64_t coordinate = line[d] * g.strides[d] + tap[d] * g.dilations[d] - g.pads_begin[d];
+                        valid = valid && coordinate >= 0 && coordinate < g.input[d];
+                        offset = offset * g.input[d] + coordinate;
+                    }
+                    if (!valid) {
+                        std::fill(out, out + width, pad);
+                    } else {
+                        const uint8_t* src = plane + offset * g.input[last_dim] + start;
+                        std::fill(out, out + inside.first, pad);
+                        const int64_t step = g.strides[last_dim];
+                        if (step == 1) {
+                            std::memcpy(out + inside.first, src + inside.first,
+                                        static_cast<size_t>(inside.last - inside.first));
+                        } else {
+                            for (int64_t i = inside.first; i < inside.last; ++i) out[i] = src[i * step];
+                        }
+                        std::fill(out + inside.last, out + width, pad);
+                    }
+                    for (int64_t d = static_cast<int64_t>(last_dim) - 1; d >= 0 && ++line[d] == g.output[d]; --d)
+                        line[d] = 0;
+                }
+            }
+        });
+}
+
+// The convolution of 8-bit operands: sums[n, m, position] = sum over the window of (x - x_zero_point) *
+// (w - w_zero_point[m]), one int8_gemm per image and group with the filters as A and the image's columns as B.
+class IntegerConvKernel final : public Kernel {
+public:
+    // quantized: QLinearConv (inputs x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B);
+    // otherwise ConvInteger (x, w, x_zero_point, w_zero_point).
+    IntegerConvKernel(const NodeInfo& info, bool quantized)
+        : op_(info.op_type()),
+          quantized_(quantized),
+          attrs_(WindowAttributes::parse(info)),
+          group_(info.attr_int("group", 1)) {
+        if (group_ < 1) throw KernelError(op_ + ": group must be positive, got " + std::to_string(group_));
+    }
+
+    void compute(KernelContext& ctx) const override {
+        const size_t w_input = quantized_ ? 3 : 1, x_zero_input = 2, w_zero_input = quantized_ ? 5 : 3;
+        const Tensor& X = ctx.input(0);
+        const Tensor& W = ctx.input(w_input);
+        check_8bit(op_, "x", X);
+        check_8bit(op_, "w", W);
+        const WindowGeometry g = geometry(X, W);
+        const int64_t M = W.shape[0];
+        Shape output_shape{X.shape[0], M};
+        output_shape.insert(output_shape.end(), g.output.begin(), g.output.end());
+
+        const Tensor* x_zero_point = ctx.has_input(x_zero_input) ? &ctx.input(x_zero_input) : nullptr;
+        if (x_zero_point && x_zero_point->size() != 1) {
+            throw KernelError(op_ + ": x_zero_point must be a scalar, got " + shape_string(x_zero_point->shape));
+        }
+        const ZeroPoints x_zero = ZeroPoints::load(op_, x_zero_point, X);
+        ZeroPoints w_zero = ZeroPoints::load(op_, ctx.has_input(w_zero_input) ? &ctx.input(w_zero_input) : nullptr, W);
+        if (ctx.has_input(w_zero_input)) w_zero.index = per_channel_index(ctx.input(w_zero_input), M, "w_zero_point");
+
+        if (!quantized_) {
+            Tensor& Y = ctx.output(0, TESS_ELEMENT_INT32, output_shape);
+            convolve(ctx.pool(), g, X, x_zero.values[0], W, w_zero.rows(0, M), Y.ptr<int32_t>());
+            return;
+        }
+
+        const Tensor& x_scale = ctx.input(1);
+        const Tensor& w_scale = ctx.input(4);
+        const Tensor& y_scale = ctx.input(6);
+        for (const Tensor* s : {&x_scale, &w_scale, &y_scale}) {
+            if (s->type != TESS_ELEMENT_FLOAT32) throw_unsupported_type(op_ + " scale", s->type);
+        }
+        if (x_scale.size() != 1 || y_scale.size() != 1)
+            throw KernelError(op_ + ": x_scale and y_scale must be scalars");
+        const ParamIndex w_scale_index = per_channel_index(w_scale, M, "w_scale");
+        OutputQuantization out;
+        out.type = ctx.has_input(7) ? ctx.input(7).type : X.type;
+        if (out.type != TESS_ELEMENT_INT8 && out.type != TESS_ELEMENT_UINT8)
+            throw_unsupported_type(op_ + " y", out.type);
+        if (ctx.has_input(7)) {
+            if (ctx.input(7).size() != 1) throw KernelError(op_ + ": y_zero_point must be a scalar");
+            out.zero_point = load_all(ctx.input(7))[0];
+        }
+        out.range = *integer_range(out.type);
+        const int32_t* bias = nullptr;
+        if (ctx.has_input(8)) {
+            const Tensor& B = ctx.input(8);
+            if (B.type != TESS_ELEMENT_INT32) throw_unsupported_type(op_ + " B", B.type);
+            if (B.shape != Shape{M}) {
+                throw KernelError(op_ + ": B " + shape_string(B.shape) + " must be [" + std::to_string(M) + "]");
+            }
+            bias = B.ptr<int32_t>();
+        }
+        // multiplier[m] = x_scale * w_scale[m] / y_scale in float, as the reference computes it.
+        const float xs = x_scale.ptr<float>()[0], ys = y_scale.ptr<float>()[0];
+        std::vector<double> multipliers(static_cast<size_t>(M));
+        for (int64_t m = 0; m < M; ++m) multipliers[m] = (xs * w_scale.ptr<float>()[w_scale_index(m, 0)]) / ys;
+
+        std::vector<int32_t> sums(static_cast<size_t>(shape_size(output_shape)));
+        convolve(ctx.pool(), g, X, x_zero.values[0], W, w_zero.rows(0, M), sums.data());
+        Tensor& Y = ctx.output(0, out.type, output_shape);
+        const int64_t positions = g.output_size();
+        dispatch_8bit(out.type, [&]<typename Out>() {
+            Out* y = Y.ptr<Out>();
+            const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, positions));
+            ctx.pool().parallel_for(X.shape[0] * M, grain, [&](int64_t first, int64_t last) {
+                for (int64_t row = first; row < last; ++row) {
+                    const int64_t m = row % M;
+                    requantize_run(sums.data() + row * positions, bias ? bias[m] : 0, &multipliers[m], true, positions,
+                                   out, y + row * positions);
+                }
+            });
+        });
+    }
+
+private:
+    WindowGeometry geometry(const Tensor& X, const Tensor& W) const {
+        if (X.rank() < 3) throw KernelError(op_ + ": x " + shape_string(X.shape) + " must be [N, C, D1, ...]");
+        if (W.rank() != X.rank()) {
+            throw KernelError(op_ + ": w " + shape_string(W.shape) + " must have the rank of x " +
+                              shape_string(X.shape));
+        }
+        if (X.shape[1] != W.shape[1] * group_ || W.shape[0] % group_ != 0) {
+            throw KernelError(op_ + ": x " + shape_string(X.shape) + " and w " + shape_string(W.shape) +
+                              " do not match group " + std::to_string(group_));
+        }
+        const Shape kernel(W.shape.begin() + 2, W.shape.end());
+        if (!attrs_.kernel_shape.empty() && attrs_.kernel_shape != kernel) {
+            throw KernelError(op_ + ": kernel_shape " + shape_string(attrs_.kernel_shape) + " does not match w " +
+                              shape_string(W.shape));
+        }
+        return resolve_window(op_, attrs_, Shape(X.shape.begin() + 2, X.shape.end()), kernel);
+    }
+
+    ParamIndex per_channel_index(const Tensor& param, int64_t out_channels, const char* name) const {
+        ParamIndex index;
+        if (param.size() == 1) return index;
+        if (param.rank() != 1 || param.shape[0] != out_channels) {
+            throw KernelError(op_ + ": " + name + " " + shape_string(param.shape) + " must be a scalar or [" +
+                              std::to_string(out_channels) + "]");
+        }
+        index.row_multiplier = 1;
+        return index;
+    }
+
+    // sums laid out as Y [N, M, positions].
+    void convolve(ThreadPool& pool, const WindowGeometry& g, const Tensor& X, int32_t x_zero, const Tensor& W,
+                  const std::vector<int32_t>& w_zero, int32_t* sums) const {
+        const int64_t batch = X.shape[0], channels = X.shape[1], M = W.shape[0];
+        const int64_t channels_per_group = channels / group_, filters_per_group = M / group_;
+        const int64_t depth = channels_per_group * g.kernel_size(), positions = g.output_size();
+        if (batch * M * positions == 0) return;
+        const bool pointwise = g.is_pointwise();
+        std::vector<uint8_t> columns(pointwise ? 0 : static_cast<size_t>(depth * positions));
+        const std::vector<int32_t> x_zero_columns(static_cast<size_t>(positions), x_zero);
+        const auto* x = static_cast<const uint8_t*>(X.data);
+        const auto* w = static_cast<const uint8_t*>(W.data);
+        for (int64_t n = 0; n < batch; ++n) {
+            for (int64_t grp = 0; grp < group_; ++grp) {
+                const uint8_t* image = x + (n * channels + grp * channels_per_group) * g.input_size();
+                if (!pointwise) {
+                    im2col_bytes(pool, g, image, channels_per_group, static_cast<uint8_t>(x_zero), columns.data());
+                }
+                const Int8PackedB packed(pointwise ? image : columns.data(), X.type == TESS_ELEMENT_INT8, depth,
+                                         positions, positions, 1, &pool);
+                int8_gemm(pool, filters_per_group, w + grp * filters_per_group * depth, W.type == TESS_ELEMENT_INT8,
+                          depth, packed, w_zero.data() + grp * filters_per_group, x_zero_columns.data(),
+                          sums + (n * M + grp * filters_per_group) * positions, positions);
+            }
+        }
+    }
+
+    std::string op_;
+    bool quantized_;
+    WindowAttributes attrs_;
+    int64_t group_;
+};
+
+}  // namespace
+
+void register_quantized_product_kernels(KernelRegistry& registry) {
+    const std::vector<int32_t> k8bit{TESS_ELEMENT_INT8, TESS_ELEMENT_UINT8};
+    registry.add(KernelDef{.domain = "",
+                           .op_type = "MatMulInteger",
+                           .since_version = 10,
+                           .end_version = 0,
+                           .input_types = {{0, k8bit}, {1, k8bit}},
+                           .memory = KernelMemory::Normal,
+                           .factory = make_factory<MatMulIntegerKernel>()});
+    // Opset 21 adds float16/bfloat16 scales (handled) and float8 operands (not supported: rejected here).
+    registry.add(KernelDef{.domain = "",
+                           .op_type = "QLinearMatMul",
+                           .since_version = 10,
+                           .end_version = 0,
+                           .input_types = {{0, k8bit}, {3, k8bit}, {7, k8bit}},
+                           .memory = KernelMemory::Normal,
+                           .factory = make_factory<QLinearMatMulKernel>()});
+    registry.add(KernelDef{.domain = "",
+                           .op_type = "ConvInteger",
+                           .since_version = 10,
+                           .end_version = 0,
+                           .input_types = {{0, k8bit}, {1, k8bit}},
+                           .memory = KernelMemory::Normal,
+                           .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
+                               return std::make_unique<IntegerConvKernel>(info, false);
+                           }});
+    registry.add(KernelDef{.domain = "",
+                           .op_type = "QLinearConv",
+                           .since_version = 10,
+                           .end_version = 0,
+                           .input_types = {{0, k8bit}, {3, k8bit}, {7, k8bit}},
+                           .memory = KernelMemory::Normal,
+                           .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
+                               return std::make_unique<IntegerConvKernel>(info, true);
+                           }});
+}
+
+}  // namespace tessera::cpu
