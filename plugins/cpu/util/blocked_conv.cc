@@ -194,7 +194,10 @@ void blocked_conv2d(ThreadPool& pool, const WindowGeometry& g, const LanePackedF
     const int64_t M = filters.rows(), P = q.OH * q.OW, depth = C * q.KH * q.KW;
     const int64_t e = layout.x_blocked ? kChannelBlock : 1;
     const int64_t width = filters.panel_width(), panels = filters.panels();
-    const auto [tile_fns, tile_height] = tiles_for(width);
+    // Not a structured binding: clang 14 does not let the lambdas below capture one.
+    const std::pair<const PositionTileFn*, int64_t> tiles_of_width = tiles_for(width);
+    const PositionTileFn* tile_fns = tiles_of_width.first;
+    const int64_t tile_height = tiles_of_width.second;
     const bool vector_act = epilogue == nullptr || vector_activation(*epilogue);
 
     // Step k = (c, kh, kw) of the filters reads its input at a fixed offset from each position's address.
