@@ -113,16 +113,27 @@ TESS_EXPORT TessStatus* tess_env_load_plugin(TessEnv* env, const char* path) {
         require(path, "path");
         PluginRecord record = env->plugins.load(path);
         if (record.state == TESS_PLUGIN_SKIPPED)
-            fail(record.reason.rfind("ABI", 0) == 0 ? TESS_STATUS_ABI_MISMATCH : TESS_STATUS_INVALID_ARGUMENT,
+            fail(record.abi_mismatch ? TESS_STATUS_ABI_MISMATCH : TESS_STATUS_INVALID_ARGUMENT,
                  "plugin '{}' skipped: {}", record.path, record.reason);
     });
 }
+
+namespace {
+
+// Appends the report entries the cache does not have yet; entries already handed out are never replaced, so their
+// strings stay valid while the env lives.  Call with report_mutex held.
+void sync_report(const TessEnv* env) {
+    std::vector<tessera::PluginRecord> report = env->plugins.report();
+    for (size_t i = env->report_cache.size(); i < report.size(); ++i) env->report_cache.push_back(std::move(report[i]));
+}
+
+}  // namespace
 
 TESS_EXPORT size_t tess_env_plugin_count(const TessEnv* env) {
     try {
         if (env == nullptr) return 0;
         std::lock_guard lock(env->report_mutex);
-        env->report_cache = env->plugins.report();
+        sync_report(env);
         return env->report_cache.size();
     } catch (...) {
         return 0;
@@ -134,9 +145,7 @@ TESS_EXPORT TessStatus* tess_env_plugin_info(const TessEnv* env, size_t index, T
         require(env, "env");
         require(out, "out");
         std::lock_guard lock(env->report_mutex);
-        // Refresh only when the report grew, so strings handed out earlier stay valid.
-        auto report = env->plugins.report();
-        if (report.size() != env->report_cache.size()) env->report_cache = std::move(report);
+        sync_report(env);
         if (index >= env->report_cache.size())
             fail(TESS_STATUS_INVALID_ARGUMENT, "plugin index {} out of range ({})", index, env->report_cache.size());
         const PluginRecord& r = env->report_cache[index];
@@ -148,9 +157,9 @@ TESS_EXPORT TessStatus* tess_env_plugin_info(const TessEnv* env, size_t index, T
         info.state = r.state;
         info.reason = r.reason.c_str();
         info.abi_version = r.abi_version;
-        info.provider_count = r.providers.empty() ? 0 : 1 + static_cast<size_t>(std::count(r.providers.begin(), r.providers.end(), ','));
+        info.provider_count = r.provider_count;
         info.providers = r.providers.c_str();
-        info.custom_op_count = r.custom_ops.empty() ? 0 : 1 + static_cast<size_t>(std::count(r.custom_ops.begin(), r.custom_ops.end(), ','));
+        info.custom_op_count = r.custom_op_count;
         info.custom_ops = r.custom_ops.c_str();
         if (info.struct_size < sizeof(size_t)) fail(TESS_STATUS_INVALID_ARGUMENT, "TessPluginInfo.struct_size is not set");
         std::memcpy(out, &info, info.struct_size);
@@ -161,11 +170,10 @@ TESS_EXPORT size_t tess_env_provider_count(const TessEnv* env) {
     try {
         if (env == nullptr) return 0;
         std::lock_guard lock(env->report_mutex);
-        auto providers = env->plugins.providers();
-        if (providers.size() != env->provider_names.size()) {
-            env->provider_names.clear();
-            for (const auto& p : providers) env->provider_names.push_back(p->name);
-        }
+        // The order may change as plugins load (CPU stays last); the names themselves are interned for good.
+        env->provider_names.clear();
+        for (const auto& p : env->plugins.providers())
+            env->provider_names.push_back(env->name_pool.insert(p->name).first->c_str());
         return env->provider_names.size();
     } catch (...) {
         return 0;
@@ -175,7 +183,7 @@ TESS_EXPORT size_t tess_env_provider_count(const TessEnv* env) {
 TESS_EXPORT const char* tess_env_provider_name(const TessEnv* env, size_t index) {
     if (env == nullptr) return nullptr;
     std::lock_guard lock(env->report_mutex);
-    return index < env->provider_names.size() ? env->provider_names[index].c_str() : nullptr;
+    return index < env->provider_names.size() ? env->provider_names[index] : nullptr;
 }
 
 // ---- Session options ----

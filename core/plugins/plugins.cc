@@ -536,12 +536,15 @@ PluginRecord PluginManager::load_in_process(PluginRecord record) {
         std::string reason = status->message;
         bool abi = status->code == TESS_STATUS_ABI_MISMATCH;
         release_status(status);
+        record.abi_mismatch = abi;
         return finish(TESS_PLUGIN_SKIPPED, abi ? "ABI version out of range: " + reason : "init failed: " + reason);
     }
-    if (exports.abi_version < TESS_PLUGIN_ABI_VERSION_MIN || exports.abi_version > TESS_PLUGIN_ABI_VERSION_MAX)
+    if (exports.abi_version < TESS_PLUGIN_ABI_VERSION_MIN || exports.abi_version > TESS_PLUGIN_ABI_VERSION_MAX) {
+        record.abi_mismatch = true;
         return finish(TESS_PLUGIN_SKIPPED,
                       fmt::format("ABI version out of range: the plugin chose {}, the core speaks {} to {}",
                                   exports.abi_version, TESS_PLUGIN_ABI_VERSION_MIN, TESS_PLUGIN_ABI_VERSION_MAX));
+    }
     record.abi_version = exports.abi_version;
     if (exports.provider_count > 0 && exports.providers == nullptr)
         return finish(TESS_PLUGIN_SKIPPED, "init failed: provider table missing");
@@ -576,6 +579,7 @@ PluginRecord PluginManager::load_in_process(PluginRecord record) {
         offered.push_back(std::move(provider));
     }
     record.providers = fmt::format("{}", fmt::join(names, ","));
+    record.provider_count = names.size();
 
     std::vector<std::shared_ptr<const CustomOp>> ops;
     std::vector<std::string> op_names;
@@ -600,6 +604,7 @@ PluginRecord PluginManager::load_in_process(PluginRecord record) {
         ops.push_back(std::move(op));
     }
     record.custom_ops = fmt::format("{}", fmt::join(op_names, ","));
+    record.custom_op_count = op_names.size();
     if (offered.empty() && ops.empty()) return finish(TESS_PLUGIN_SKIPPED, "the plugin offers no provider and no operator");
 
     bool any_available = std::any_of(offered.begin(), offered.end(), [](const auto& p) { return p->available; });

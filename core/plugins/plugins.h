@@ -89,6 +89,9 @@ struct PluginRecord {
     uint32_t abi_version = 0;
     std::string providers;   // comma-separated
     std::string custom_ops;  // "domain:name", comma-separated
+    size_t provider_count = 0;
+    size_t custom_op_count = 0;
+    bool abi_mismatch = false;  // skipped because the plugin's ABI range and the core's do not meet
 };
 
 // The plugins of one environment.

@@ -19,10 +19,13 @@
 struct TessEnv {
     tessera::LogSink sink;
     tessera::PluginManager plugins;
-    // Report strings handed out through TessPluginInfo live here.
+    // The strings tess_env_plugin_info and tess_env_provider_name hand out live here until the env is released, as
+    // tessera.h promises: the report only grows (new entries are appended, none replaced; a deque never moves its
+    // elements), and provider names are interned once.
     mutable std::mutex report_mutex;
-    mutable std::vector<tessera::PluginRecord> report_cache;
-    mutable std::vector<std::string> provider_names;
+    mutable std::deque<tessera::PluginRecord> report_cache;
+    mutable std::set<std::string> name_pool;
+    mutable std::vector<const char*> provider_names;  // current default priority order, into name_pool
 
     ~TessEnv() { tessera::remove_log_sink(&sink); }
 };

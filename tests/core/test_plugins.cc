@@ -101,6 +101,43 @@ TEST(Plugins, ExplicitLoadReportsWhyAFileWasRefused) {
     EXPECT_STREQ(tess_env_provider_name(env.get(), 0), "cpu");
 }
 
+// tessera.h: report and provider-name strings are owned by the env and stay valid until it is released, however
+// often the report is read again and whatever loads meanwhile.
+TEST(Plugins, ReportStringsStayValidWhileTheEnvLives) {
+    EnvPtr env = make_env("");
+    TESS_ASSERT_OK(tess_env_load_plugin(env.get(), (plugin_dir() / "libtessera_cpu.so").c_str()));
+    ASSERT_EQ(tess_env_plugin_count(env.get()), 1u);
+    TessPluginInfo first{};
+    first.struct_size = sizeof(first);
+    TESS_ASSERT_OK(tess_env_plugin_info(env.get(), 0, &first));
+    const std::string path = first.path, name = first.name, providers = first.providers;
+    ASSERT_EQ(tess_env_provider_count(env.get()), 1u);
+    const char* cpu_name = tess_env_provider_name(env.get(), 0);
+    ASSERT_STREQ(cpu_name, "cpu");
+
+    // The report grows and is read again and again; a refused file's status code comes from why it was refused.
+    StatusPtr future(tess_env_load_plugin(env.get(), (test_plugin_dir() / "libtest_abi_future.so").c_str()));
+    ASSERT_NE(future, nullptr);
+    EXPECT_EQ(tess_status_code(future.get()), TESS_STATUS_ABI_MISMATCH);
+    StatusPtr no_entry(tess_env_load_plugin(env.get(), (test_plugin_dir() / "libtest_no_entry.so").c_str()));
+    ASSERT_NE(no_entry, nullptr);
+    EXPECT_EQ(tess_status_code(no_entry.get()), TESS_STATUS_INVALID_ARGUMENT);
+    TESS_ASSERT_OK(tess_env_load_plugin(env.get(), (test_plugin_dir() / "libtest_unavailable.so").c_str()));
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(tess_env_plugin_count(env.get()), 4u);
+        TessPluginInfo again{};
+        again.struct_size = sizeof(again);
+        TESS_ASSERT_OK(tess_env_plugin_info(env.get(), 3, &again));
+        tess_env_provider_count(env.get());
+    }
+
+    EXPECT_EQ(std::string(first.path), path);
+    EXPECT_EQ(std::string(first.name), name);
+    EXPECT_EQ(std::string(first.providers), providers);
+    EXPECT_EQ(first.provider_count, 1u);
+    EXPECT_STREQ(cpu_name, "cpu");
+}
+
 TEST(Plugins, StrictModeRefusesAnUnavailableProvider) {
     EnvPtr env = make_env(plugin_dir().string() + ":" + test_plugin_dir().string());
     ModelBuilder b;

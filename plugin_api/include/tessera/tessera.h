@@ -90,7 +90,8 @@ typedef enum TessPluginState {
                                     crashed, aborted, exited or hung in its probe (TessPluginProbe) */
 } TessPluginState;
 
-/* One entry of the plugin report.  Strings are owned by the environment. */
+/* One entry of the plugin report.  Strings are owned by the environment and stay valid until it is released: entries
+ * are appended as plugins load and never replaced, so reading the report again invalidates nothing. */
 typedef struct TessPluginInfo {
     size_t struct_size;
     const char* path;
@@ -109,7 +110,9 @@ TESS_EXPORT size_t tess_env_plugin_count(const TessEnv* env);
 /* Fills `out` (whose struct_size the caller sets) with entry `index`. */
 TESS_EXPORT TessStatus* tess_env_plugin_info(const TessEnv* env, size_t index, TessPluginInfo* out);
 
-/* Names of the usable execution providers in default priority order (CPU last).  Owned by the env. */
+/* Names of the usable execution providers in default priority order (CPU last), as of the last
+ * tess_env_provider_count call (a plugin loaded later may change the order).  Each name is owned by the env and stays
+ * valid until it is released. */
 TESS_EXPORT size_t tess_env_provider_count(const TessEnv* env);
 TESS_EXPORT const char* tess_env_provider_name(const TessEnv* env, size_t index);
 
