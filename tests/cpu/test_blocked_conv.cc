@@ -1,7 +1,7 @@
-// The blocked channel layout (plugins/cpu/util/blocked_conv.h): the reorders, the pools, and the convolution on every pair of
-// input and output layouts against a plain double convolution over strides, padding, dilation, filter counts
-// that leave panels partly empty, several images, and each kind of epilogue.  Graphs that choose the layout are
-// checked through the C API in tests/core/test_blocked_layout.cc.
+// The blocked channel layout (plugins/cpu/util/blocked_conv.h): the reorders, the pools, Winograd, and the
+// convolution on every pair of input and output layouts against a plain double convolution over strides, padding,
+// dilation, filter counts that leave panels partly empty, several images, and each kind of epilogue.  Graphs that
+// choose the layout are checked through the C API in tests/core/test_blocked_layout.cc.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -240,6 +240,46 @@ TEST(BlockedLayout, PoolsAndScaleShiftMatchPlainLoops) {
             }
             if (max) ASSERT_EQ(y[plane], largest);
             else ASSERT_NEAR(y[plane], sum / double(H * W), 1e-5);
+        }
+    }
+}
+
+TEST(BlockedLayout, WinogradMatchesPlainConvolution) {
+    if (!lane_gemm_supported()) GTEST_SKIP() << "the blocked layout needs AVX-512F (or TESSERA_CPU_MAX_ISA caps it)";
+    ThreadPool pool(2);
+    std::mt19937 rng(13);
+    const Case cases[] = {
+        {1, 32, 20, 20, 64, 3, 1, 1, 1},  // even outputs, one 64-filter panel
+        {2, 48, 9, 13, 80, 3, 1, 1, 1},   // odd outputs (the last tiles cut), 80 filters, two images
+        {1, 16, 6, 30, 16, 3, 1, 0, 1},   // no padding, a 16-filter panel
+        {1, 64, 27, 27, 128, 3, 1, 1, 1}, // SqueezeNet's 27x27 layers: several tile blocks
+    };
+    for (const Case& c : cases) {
+        const WindowGeometry g = window(c.H, c.W, c.K, c.stride, c.pad, c.pad, c.dilation);
+        ASSERT_TRUE(blocked_winograd_applies(g, c.C, c.M));
+        const int64_t P = g.output[0] * g.output[1], HW = c.H * c.W;
+        const std::vector<float> x = random_floats(c.N * c.C * HW, rng);
+        const std::vector<float> w = random_floats(c.M * c.C * 9, rng);
+        const std::vector<float> b = random_floats(c.M, rng);
+        const std::vector<float> z = random_floats(c.N * c.M * P, rng);
+        const WinogradFilters filters(w.data(), c.M, c.C);
+        ConvEpilogue none, relu_sum, sigmoid;
+        relu_sum.activation = ConvEpilogue::Activation::Relu;
+        relu_sum.has_sum = true;
+        sigmoid.activation = ConvEpilogue::Activation::Sigmoid;
+        for (const ConvEpilogue* e : {&none, &relu_sum, &sigmoid}) {
+            const std::vector<double> want = reference(c, g, x, w, b, e->has_sum ? &z : nullptr, *e);
+            std::vector<float> xb(x.size()), zb(z.size()), y(z.size(), std::nanf("")), got(z.size());
+            to_blocked(pool, x.data(), c.N, c.C, HW, xb.data());
+            to_blocked(pool, z.data(), c.N, c.M, P, zb.data());
+            blocked_winograd_conv2d(pool, g, filters, c.N, xb.data(), b.data(), e, e->has_sum ? zb.data() : nullptr,
+                                    y.data());
+            from_blocked(pool, y.data(), c.N, c.M, P, got.data());
+            // Winograd rounds differently from the direct sum, by a few float ulps of the largest terms: the
+            // tolerance of the NCHW Winograd cases in test_conv_ops.cc.
+            for (size_t i = 0; i < got.size(); ++i)
+                ASSERT_NEAR(got[i], want[i], 2e-5 * (1.0 + std::abs(want[i])))
+                    << "C " << c.C << " M " << c.M << " " << c.H << "x" << c.W << " at " << i;
         }
     }
 }

@@ -19,6 +19,7 @@
 #include "util/conv_epilogue.h"
 #include "util/im2col.h"
 #include "util/lane_gemm.h"
+#include "util/winograd.h"
 
 namespace tessera::cpu {
 
@@ -49,6 +50,16 @@ int64_t blocked_panel_width(int64_t filters);
 void blocked_conv2d(ThreadPool& pool, const WindowGeometry& g, const LanePackedFilters& filters,
                     BlockedConvLayout layout, const float* x, int64_t N, int64_t C, const float* bias,
                     const ConvEpilogue* epilogue, const float* z, float* y);
+
+// Whether blocked_winograd_conv2d runs this convolution: 3x3, unit strides and dilations, padding of at most 2,
+// channel and filter counts multiples of 16, on a CPU with the lane kernels.
+bool blocked_winograd_applies(const WindowGeometry& g, int64_t channels, int64_t filters);
+
+// The same convolution by Winograd F(2x2, 3x3) (util/winograd.h, blocked_winograd.cc), X and Y (and Z) blocked.
+// Splits the work across the pool; call it outside any parallel region.
+void blocked_winograd_conv2d(ThreadPool& pool, const WindowGeometry& g, const WinogradFilters& filters, int64_t N,
+                             const float* x, const float* bias, const ConvEpilogue* epilogue, const float* z,
+                             float* y);
 
 // Depthwise filters W [C, 1, KH, KW] regrouped for blocked_depthwise2d: [C/16][KH * KW][16].
 std::vector<float> pack_blocked_depthwise(const float* w, int64_t C, int64_t taps);

@@ -1,0 +1,159 @@
+// Winograd F(2x2, 3x3) (util/winograd.h) between blocked tensors (util/blocked_conv.h).  In the blocked layout a
+// vector is 16 channels of one position, so the input and output transforms are vector adds with no transposes,
+// and the 16 channel sums are matrix products with the tiles as rows (util/lane_gemm.h's lane_matmul): transformed
+// inputs [tiles, C] x transformed filters [C, K] = products [tiles, K], whose 16-filter vectors the output transform
+// reads directly.  Tiles go in blocks whose buffers stay in L2, each block on one thread.
+#include <immintrin.h>
+
+// GCC 12 reports the _mm512_undefined_ps() inside the min/max intrinsics as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+
+#include "util/blocked_conv.h"
+#include "util/conv_epilogue_avx512.h"
+#include "util/thread_scratch.h"
+
+namespace tessera::cpu {
+
+namespace {
+
+// The transformed inputs, their packed copy and the products of one tile block together stay within about this many
+// floats (1 MB of a 2 MB L2).
+constexpr int64_t kBlockFloats = int64_t{1} << 18;
+
+struct TileGeometry {
+    int64_t H, W, OH, OW, TH, TW, top, left;
+};
+
+// V for tiles [t0, t0 + count) of one image, written straight in the layout lane_matmul reads its rows from
+// (pack_lane_rows: groups of `group` tiles, each [C][group]): point p of tile t0 + t, channel c at
+// v[p * point_stride + ((t / group) * C + c) * group + t % group].  Each transformed vector (16 channels of one
+// tile) is scattered `group` floats apart.
+__attribute__((target("avx512f"))) void transform_inputs(const TileGeometry& q, const float* x, int64_t C,
+                                                         int64_t t0, int64_t count, int64_t group,
+                                                         int64_t point_stride, float* v) {
+    const int64_t blocks = C / kChannelBlock, plane = q.H * q.W * kChannelBlock;
+    const __m512i apart = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                             _mm512_set1_epi32(static_cast<int>(group)));
+    for (int64_t t = 0; t < count; ++t) {
+        const int64_t th = (t0 + t) / q.TW, tw = (t0 + t) % q.TW;
+        const int64_t ih0 = 2 * th - q.top, iw0 = 2 * tw - q.left;
+        for (int64_t cb = 0; cb < blocks; ++cb) {
+            const float* image = x + cb * plane;
+            __m512 d[4][4];
+            for (int r = 0; r < 4; ++r) {
+                const int64_t ih = ih0 + r;
+                for (int s = 0; s < 4; ++s) {
+                    const int64_t iw = iw0 + s;
+                    d[r][s] = ih >= 0 && ih < q.H && iw >= 0 && iw < q.W
+                                  ? _mm512_loadu_ps(image + (ih * q.W + iw) * kChannelBlock)
+                                  : _mm512_setzero_ps();
+                }
+            }
+            // B^T d B with B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]: rows, then columns.
+            __m512 e[4][4];
+            for (int s = 0; s < 4; ++s) {
+                e[0][s] = _mm512_sub_ps(d[0][s], d[2][s]);
+                e[1][s] = _mm512_add_ps(d[1][s], d[2][s]);
+                e[2][s] = _mm512_sub_ps(d[2][s], d[1][s]);
+                e[3][s] = _mm512_sub_ps(d[1][s], d[3][s]);
+            }
+            float* out = v + ((t / group) * C + cb * kChannelBlock) * group + t % group;
+            for (int r = 0; r < 4; ++r) {
+                _mm512_i32scatter_ps(out + (r * 4 + 0) * point_stride, apart, _mm512_sub_ps(e[r][0], e[r][2]), 4);
+                _mm512_i32scatter_ps(out + (r * 4 + 1) * point_stride, apart, _mm512_add_ps(e[r][1], e[r][2]), 4);
+                _mm512_i32scatter_ps(out + (r * 4 + 2) * point_stride, apart, _mm512_sub_ps(e[r][2], e[r][1]), 4);
+                _mm512_i32scatter_ps(out + (r * 4 + 3) * point_stride, apart, _mm512_sub_ps(e[r][1], e[r][3]), 4);
+            }
+        }
+    }
+}
+
+// Y for tiles [t0, t0 + count) from m[(p * count + t) * K + k]: A^T m A with A^T = [1 1 1 0; 0 1 -1 -1], then the
+// bias, the sum and the activation, stored blocked; outputs past the image's edge (odd sizes) are dropped.
+__attribute__((target("avx512f"))) void transform_outputs(const TileGeometry& q, const float* m, int64_t K,
+                                                          int64_t t0, int64_t count, const float* bias,
+                                                          const ConvEpilogue* epilogue, bool vector_act,
+                                                          const float* z, float* y) {
+    const int64_t blocks = K / kChannelBlock, plane = q.OH * q.OW * kChannelBlock;
+    const int64_t point_stride = count * K;
+    for (int64_t t = 0; t < count; ++t) {
+        const int64_t th = (t0 + t) / q.TW, tw = (t0 + t) % q.TW;
+        for (int64_t kb = 0; kb < blocks; ++kb) {
+            const float* in = m + t * K + kb * kChannelBlock;
+            __m512 a[4][4];
+            for (int p = 0; p < 16; ++p) a[p / 4][p % 4] = _mm512_loadu_ps(in + p * point_stride);
+            __m512 rows[2][4];
+            for (int s = 0; s < 4; ++s) {
+                rows[0][s] = _mm512_add_ps(_mm512_add_ps(a[0][s], a[1][s]), a[2][s]);
+                rows[1][s] = _mm512_sub_ps(_mm512_sub_ps(a[1][s], a[2][s]), a[3][s]);
+            }
+            const __m512 b = bias != nullptr ? _mm512_loadu_ps(bias + kb * kChannelBlock) : _mm512_setzero_ps();
+            for (int i = 0; i < 2; ++i) {
+                const int64_t oh = 2 * th + i;
+                if (oh >= q.OH) break;
+                const __m512 out[2] = {
+                    _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(rows[i][0], rows[i][1]), rows[i][2]), b),
+                    _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(rows[i][1], rows[i][2]), rows[i][3]), b)};
+                for (int j = 0; j < 2; ++j) {
+                    const int64_t ow = 2 * tw + j;
+                    if (ow >= q.OW) break;
+                    const int64_t at = kb * plane + (oh * q.OW + ow) * kChannelBlock;
+                    __m512 value = out[j];
+                    if (z != nullptr) value = _mm512_add_ps(value, _mm512_loadu_ps(z + at));
+                    if (epilogue != nullptr && vector_act) value = activate(value, *epilogue);
+                    _mm512_storeu_ps(y + at, value);
+                    if (epilogue != nullptr && !vector_act)
+                        epilogue->apply(y + at, static_cast<const float*>(nullptr), kChannelBlock);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+
+bool blocked_winograd_applies(const WindowGeometry& g, int64_t channels, int64_t filters) {
+    return g.rank() == 2 && g.kernel[0] == 3 && g.kernel[1] == 3 && g.strides[0] == 1 && g.strides[1] == 1 &&
+           g.dilations[0] == 1 && g.dilations[1] == 1 && g.pads_begin[0] <= 2 && g.pads_begin[1] <= 2 &&
+           channels % kChannelBlock == 0 && filters % kChannelBlock == 0 && lane_gemm_supported();
+}
+
+void blocked_winograd_conv2d(ThreadPool& pool, const WindowGeometry& g, const WinogradFilters& filters, int64_t N,
+                             const float* x, const float* bias, const ConvEpilogue* epilogue, const float* z,
+                             float* y) {
+    if (epilogue != nullptr && !epilogue->active()) epilogue = nullptr;
+    const bool vector_act = epilogue == nullptr || vector_activation(*epilogue);
+    const int64_t C = filters.channels(), K = filters.filters();
+    TileGeometry q{g.input[0], g.input[1], g.output[0], g.output[1], (g.output[0] + 1) / 2, (g.output[1] + 1) / 2,
+                   g.pads_begin[0], g.pads_begin[1]};
+    const int64_t tiles = q.TH * q.TW;
+    const int64_t row_block = lane_row_block(filters.point(0));
+    // Tiles per block: a multiple of the products' row block, the buffers (V, M) within L2.
+    // As many blocks as fit, rounded up to a multiple of the threads so that every thread gets as many.
+    const int64_t fit = std::max<int64_t>(row_block, kBlockFloats / (16 * (C + K)) / row_block * row_block);
+    const int64_t threads = pool.size();
+    const int64_t wanted = ((tiles + fit - 1) / fit + threads - 1) / threads * threads;
+    const int64_t per_block = std::max<int64_t>(row_block, ((tiles + wanted - 1) / wanted + row_block - 1) / row_block * row_block);
+    const int64_t blocks = (tiles + per_block - 1) / per_block;
+    const int64_t panels = filters.point(0).panels();
+    for (int64_t n = 0; n < N; ++n) {
+        const float* image = x + n * C * q.H * q.W;
+        float* out = y + n * K * q.OH * q.OW;
+        const float* sum = z != nullptr ? z + n * K * q.OH * q.OW : nullptr;
+        pool.parallel_for(blocks, 1, [&](int64_t first, int64_t last) {
+            float* v = thread_scratch_buffer<float, 13>(16 * per_block * C);
+            float* m = thread_scratch_buffer<float, 15>(16 * per_block * K);
+            for (int64_t b = first; b < last; ++b) {
+                const int64_t t0 = b * per_block, count = std::min(per_block, tiles - t0);
+                transform_inputs(q, image, C, t0, count, row_block, per_block * C, v);
+                for (int p = 0; p < 16; ++p)
+                    lane_matmul(filters.point(p), 0, panels, v + p * per_block * C, count, m + p * count * K, K);
+                transform_outputs(q, m, K, t0, count, bias, epilogue, vector_act, sum, out);
+            }
+        });
+    }
+}
+
+}  // namespace tessera::cpu
