@@ -434,7 +434,7 @@ private:
         const std::optional<WindowGeometry>& declared = declared_;
         if (blocked && layout_.x_blocked && layout_.y_blocked && declared &&
             blocked_winograd_applies(*declared, W.shape[1], W.shape[0]) &&
-            blocked_winograd_pays_off(*declared, W.shape[1])) {
+            blocked_winograd_pays_off(*declared, W.shape[1], W.shape[0])) {
             winograd_ = WinogradFilters(W.ptr<float>(), W.shape[0], W.shape[1]);
         } else if (blocked) {
             const int64_t width = layout_.y_blocked ? blocked_panel_width(W.shape[0]) : 0;
@@ -476,13 +476,14 @@ private:
     }
 
     // Winograd between blocked tensors (blocked_winograd.cc) where it measured faster than the direct blocked
-    // kernel: outputs 20 wide and up (ResNet-50's 56x56 and 28x28 layers, 17-23% less time) from 32 channels up
-    // (SqueezeNet's 16-channel layers were 3% slower, their products too shallow).  TESSERA_CONV_WINOGRAD=0 turns it
-    // off too.
-    static bool blocked_winograd_pays_off(const WindowGeometry& g, int64_t channels) {
+    // kernel: outputs 20 wide and up (ResNet-50's 56x56 and 28x28 layers, 17-23% less time), from 32 channels up
+    // (SqueezeNet's 16-channel layers were 3% slower, their products too shallow), with 64 filters or more and at
+    // least half as many filters as channels (DenseNet-121's 128 -> 32 layers took 1.7x as long: the transforms,
+    // which grow with the channels, outweigh products that small).  TESSERA_CONV_WINOGRAD=0 turns it off too.
+    static bool blocked_winograd_pays_off(const WindowGeometry& g, int64_t channels, int64_t filters) {
         const char* env = std::getenv("TESSERA_CONV_WINOGRAD");
         if (env != nullptr && env[0] == '0') return false;
-        return g.output[1] >= 20 && channels >= 32;
+        return g.output[1] >= 20 && channels >= 32 && filters >= 64 && 2 * filters >= channels;
     }
 
     // Winograd for 3x3 stride-1 layers (util/winograd.h).  TESSERA_CONV_WINOGRAD=0 turns it off (measurements).
