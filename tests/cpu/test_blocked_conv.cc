@@ -4,6 +4,7 @@
 // choose the layout are checked through the C API in tests/core/test_blocked_layout.cc.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -45,6 +46,29 @@ WindowGeometry window(int64_t H, int64_t W, int64_t k, int64_t stride, int64_t p
     const int64_t reach = (k - 1) * dilation + 1;
     g.output = {(H + pad_begin + pad_end - reach) / stride + 1, (W + pad_begin + pad_end - reach) / stride + 1};
     return g;
+}
+
+// Runs a kernel that reads X [N, C, HW] and Z [N, M, P] blocked and writes Y [N, M, P] blocked on NCHW data x and
+// z, and returns Y in NCHW (its buffer starts as NaN, so positions it forgets fail the comparisons).
+template <typename Kernel>
+std::vector<float> through_blocked(ThreadPool& pool, const std::vector<float>& x, const std::vector<float>& z, int64_t N,
+                                   int64_t C, int64_t HW, int64_t M, int64_t P, const Kernel& kernel) {
+    std::vector<float> xb(x.size()), zb(z.size()), y(N * M * P, std::nanf("")), got(y.size());
+    to_blocked(pool, x.data(), N, C, HW, xb.data());
+    to_blocked(pool, z.data(), N, M, P, zb.data());
+    kernel(xb.data(), zb.data(), y.data());
+    from_blocked(pool, y.data(), N, M, P, got.data());
+    return got;
+}
+
+// Each kind of epilogue: none, a sum with a vector activation (applied in registers), and a transcendental
+// activation (applied afterwards).
+std::array<ConvEpilogue, 3> epilogue_kinds() {
+    std::array<ConvEpilogue, 3> kinds;
+    kinds[1].activation = ConvEpilogue::Activation::Relu;
+    kinds[1].has_sum = true;
+    kinds[2].activation = ConvEpilogue::Activation::Sigmoid;
+    return kinds;
 }
 
 struct Case {
@@ -108,11 +132,8 @@ TEST(BlockedLayout, ConvolutionMatchesPlainConvolutionInEveryLayout) {
         const LanePackedFilters lane_filters(w.data(), c.M, depth, depth);
         const LanePackedFilters blocked_filters(w.data(), c.M, depth, depth, blocked_panel_width(c.M));
 
-        ConvEpilogue none, relu_sum, sigmoid;
-        relu_sum.activation = ConvEpilogue::Activation::Relu;
-        relu_sum.has_sum = true;
-        sigmoid.activation = ConvEpilogue::Activation::Sigmoid;
-        for (const ConvEpilogue* e : {&none, &relu_sum, &sigmoid}) {
+        for (const ConvEpilogue& epilogue : epilogue_kinds()) {
+            const ConvEpilogue* e = &epilogue;
             const std::vector<double> want = reference(c, g, x, w, b, e->has_sum ? &z : nullptr, *e);
             for (int variant = 0; variant < 8; ++variant) {
                 const int layouts = variant % 4;
@@ -174,12 +195,10 @@ TEST(BlockedLayout, DepthwiseMatchesPlainDepthwiseConvolution) {
         silu.activation = ConvEpilogue::Activation::Silu;
         for (const ConvEpilogue* e : {&none, &clip_sum, &silu}) {
             const std::vector<double> want = reference(as_dense, g, x, dense, b, e->has_sum ? &z : nullptr, *e);
-            std::vector<float> xb(x.size()), zb(z.size()), y(z.size(), std::nanf("")), got(z.size());
-            to_blocked(pool, x.data(), c.N, c.C, HW, xb.data());
-            to_blocked(pool, z.data(), c.N, c.C, P, zb.data());
-            blocked_depthwise2d(pool, g, packed.data(), c.N, c.C, xb.data(), b.data(), e,
-                                e->has_sum ? zb.data() : nullptr, y.data());
-            from_blocked(pool, y.data(), c.N, c.C, P, got.data());
+            const std::vector<float> got =
+                through_blocked(pool, x, z, c.N, c.C, HW, c.C, P, [&](const float* xb, const float* zb, float* y) {
+                    blocked_depthwise2d(pool, g, packed.data(), c.N, c.C, xb, b.data(), e, e->has_sum ? zb : nullptr, y);
+                });
             for (size_t i = 0; i < got.size(); ++i)
                 ASSERT_NEAR(got[i], want[i], 1e-5 * (1.0 + std::abs(want[i])))
                     << "C " << c.C << " K " << c.K << " stride " << c.stride << " pad " << c.pad << " at " << i;
@@ -263,18 +282,13 @@ TEST(BlockedLayout, WinogradMatchesPlainConvolution) {
         const std::vector<float> b = random_floats(c.M, rng);
         const std::vector<float> z = random_floats(c.N * c.M * P, rng);
         const WinogradFilters filters(w.data(), c.M, c.C);
-        ConvEpilogue none, relu_sum, sigmoid;
-        relu_sum.activation = ConvEpilogue::Activation::Relu;
-        relu_sum.has_sum = true;
-        sigmoid.activation = ConvEpilogue::Activation::Sigmoid;
-        for (const ConvEpilogue* e : {&none, &relu_sum, &sigmoid}) {
+        for (const ConvEpilogue& epilogue : epilogue_kinds()) {
+            const ConvEpilogue* e = &epilogue;
             const std::vector<double> want = reference(c, g, x, w, b, e->has_sum ? &z : nullptr, *e);
-            std::vector<float> xb(x.size()), zb(z.size()), y(z.size(), std::nanf("")), got(z.size());
-            to_blocked(pool, x.data(), c.N, c.C, HW, xb.data());
-            to_blocked(pool, z.data(), c.N, c.M, P, zb.data());
-            blocked_winograd_conv2d(pool, g, filters, c.N, xb.data(), b.data(), e, e->has_sum ? zb.data() : nullptr,
-                                    y.data());
-            from_blocked(pool, y.data(), c.N, c.M, P, got.data());
+            const std::vector<float> got =
+                through_blocked(pool, x, z, c.N, c.C, HW, c.M, P, [&](const float* xb, const float* zb, float* y) {
+                    blocked_winograd_conv2d(pool, g, filters, c.N, xb, b.data(), e, e->has_sum ? zb : nullptr, y);
+                });
             // Winograd rounds differently from the direct sum, by a few float ulps of the largest terms: the
             // tolerance of the NCHW Winograd cases in test_conv_ops.cc.
             for (size_t i = 0; i < got.size(); ++i)

@@ -13,6 +13,7 @@
 #include "util/blocked_conv.h"
 #include "util/conv_epilogue_avx512.h"
 #include "util/thread_scratch.h"
+#include "util/winograd_transforms.h"
 
 namespace tessera::cpu {
 
@@ -51,21 +52,10 @@ __attribute__((target("avx512f"))) void transform_inputs(const TileGeometry& q, 
                                   : _mm512_setzero_ps();
                 }
             }
-            // B^T d B with B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]: rows, then columns.
-            __m512 e[4][4];
-            for (int s = 0; s < 4; ++s) {
-                e[0][s] = _mm512_sub_ps(d[0][s], d[2][s]);
-                e[1][s] = _mm512_add_ps(d[1][s], d[2][s]);
-                e[2][s] = _mm512_sub_ps(d[2][s], d[1][s]);
-                e[3][s] = _mm512_sub_ps(d[1][s], d[3][s]);
-            }
+            __m512 u[16];
+            winograd_input_transform(d, u);
             float* out = v + ((t / group) * C + cb * kChannelBlock) * group + t % group;
-            for (int r = 0; r < 4; ++r) {
-                _mm512_i32scatter_ps(out + (r * 4 + 0) * point_stride, apart, _mm512_sub_ps(e[r][0], e[r][2]), 4);
-                _mm512_i32scatter_ps(out + (r * 4 + 1) * point_stride, apart, _mm512_add_ps(e[r][1], e[r][2]), 4);
-                _mm512_i32scatter_ps(out + (r * 4 + 2) * point_stride, apart, _mm512_sub_ps(e[r][2], e[r][1]), 4);
-                _mm512_i32scatter_ps(out + (r * 4 + 3) * point_stride, apart, _mm512_sub_ps(e[r][1], e[r][3]), 4);
-            }
+            for (int p = 0; p < 16; ++p) _mm512_i32scatter_ps(out + p * point_stride, apart, u[p], 4);
         }
     }
 }
@@ -84,18 +74,13 @@ __attribute__((target("avx512f"))) void transform_outputs(const TileGeometry& q,
             const float* in = m + t * K + kb * kChannelBlock;
             __m512 a[4][4];
             for (int p = 0; p < 16; ++p) a[p / 4][p % 4] = _mm512_loadu_ps(in + p * point_stride);
-            __m512 rows[2][4];
-            for (int s = 0; s < 4; ++s) {
-                rows[0][s] = _mm512_add_ps(_mm512_add_ps(a[0][s], a[1][s]), a[2][s]);
-                rows[1][s] = _mm512_sub_ps(_mm512_sub_ps(a[1][s], a[2][s]), a[3][s]);
-            }
             const __m512 b = bias != nullptr ? _mm512_loadu_ps(bias + kb * kChannelBlock) : _mm512_setzero_ps();
+            __m512 outputs[2][2];
+            winograd_output_transform(a, b, outputs);
             for (int i = 0; i < 2; ++i) {
                 const int64_t oh = 2 * th + i;
                 if (oh >= q.OH) break;
-                const __m512 out[2] = {
-                    _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(rows[i][0], rows[i][1]), rows[i][2]), b),
-                    _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(rows[i][1], rows[i][2]), rows[i][3]), b)};
+                const __m512* out = outputs[i];
                 for (int j = 0; j < 2; ++j) {
                     const int64_t ow = 2 * tw + j;
                     if (ow >= q.OW) break;

@@ -10,6 +10,7 @@
 
 #include "util/conv_epilogue_avx512.h"
 #include "util/thread_scratch.h"
+#include "util/winograd_transforms.h"
 
 namespace tessera::cpu {
 
@@ -59,21 +60,11 @@ __attribute__((target("avx512f"))) void transform_inputs(const WindowGeometry& g
                                                     : _mm512_setzero_ps();
                     }
                 }
-                // B^T d: rows d0 - d2, d1 + d2, d2 - d1, d1 - d3; then the same on the columns.
-                __m512 t[4][4];
-                for (int s = 0; s < 4; ++s) {
-                    t[0][s] = _mm512_sub_ps(d[0][s], d[2][s]);
-                    t[1][s] = _mm512_add_ps(d[1][s], d[2][s]);
-                    t[2][s] = _mm512_sub_ps(d[2][s], d[1][s]);
-                    t[3][s] = _mm512_sub_ps(d[1][s], d[3][s]);
-                }
+                __m512 u[16];
+                winograd_input_transform(d, u);
                 const __mmask16 live = lanes_within(tw0, TW);
                 float* out = v + c * b.stride + (th - b.th0) * TW + tw0;
-                for (int r = 0; r < 4; ++r) {
-                    const __m512 u[4] = {_mm512_sub_ps(t[r][0], t[r][2]), _mm512_add_ps(t[r][1], t[r][2]),
-                                         _mm512_sub_ps(t[r][2], t[r][1]), _mm512_sub_ps(t[r][1], t[r][3])};
-                    for (int s = 0; s < 4; ++s) _mm512_mask_storeu_ps(out + (r * 4 + s) * point_stride, live, u[s]);
-                }
+                for (int p = 0; p < 16; ++p) _mm512_mask_storeu_ps(out + p * point_stride, live, u[p]);
             }
         }
     }
@@ -99,17 +90,12 @@ __attribute__((target("avx512f"))) void transform_outputs(const WindowGeometry& 
                 __m512 p[4][4];
                 for (int r = 0; r < 4; ++r)
                     for (int s = 0; s < 4; ++s) p[r][s] = _mm512_loadu_ps(in + (r * 4 + s) * point_stride);
-                // A^T M: rows m0 + m1 + m2 and m1 - m2 - m3; then the same on the columns.
-                __m512 q[2][4];
-                for (int s = 0; s < 4; ++s) {
-                    q[0][s] = _mm512_add_ps(_mm512_add_ps(p[0][s], p[1][s]), p[2][s]);
-                    q[1][s] = _mm512_sub_ps(_mm512_sub_ps(p[1][s], p[2][s]), p[3][s]);
-                }
+                __m512 outputs[2][2];
+                winograd_output_transform(p, b_k, outputs);
                 for (int i = 0; i < 2; ++i) {
                     const int64_t oh = 2 * th + i;
                     if (oh >= OH) break;
-                    const __m512 even = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(q[i][0], q[i][1]), q[i][2]), b_k);
-                    const __m512 odd = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(q[i][1], q[i][2]), q[i][3]), b_k);
+                    const __m512 even = outputs[i][0], odd = outputs[i][1];
                     const __m512 halves[2] = {_mm512_permutex2var_ps(even, low, odd),
                                               _mm512_permutex2var_ps(even, high, odd)};
                     for (int h = 0; h < 2; ++h) {
