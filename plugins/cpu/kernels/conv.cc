@@ -16,17 +16,17 @@
 #include <string>
 
 #include "kernels/all_kernels.h"
+#include "util/blocked_conv.h"
 #include "util/compute_cast.h"
 #include "util/conv_epilogue.h"
-#include "util/window2d.h"
 #include "util/float16_compute.h"
 #include "util/gemm.h"
 #include "util/im2col.h"
-#include "util/blocked_conv.h"
 #include "util/lane_gemm.h"
 #include "util/pointwise_conv.h"
 #include "util/thread_scratch.h"
 #include "util/type_list.h"
+#include "util/window2d.h"
 #include "util/winograd.h"
 
 namespace tessera::cpu {

@@ -248,8 +248,7 @@ void blocked_conv2d(ThreadPool& pool, const WindowGeometry& g, const LanePackedF
                 const char* next_panel =
                     next != p ? reinterpret_cast<const char*>(filters.panel(next)) : nullptr;
                 int64_t tile_index = 0;
-                // The output row and column of position j, stepped along without divisions (shallow layers do
-                // little more per position than finding it).
+                // The output row and column of position j, stepped along instead of divided out per position.
                 int64_t oh = j_begin / q.OW, ow = j_begin % q.OW;
                 for (int64_t j0 = j_begin; j0 < j_end; j0 += kChunk) {
                     const int64_t chunk = std::min(kChunk, j_end - j0);
