@@ -17,10 +17,10 @@
 
 #include "host.h"
 #include "kernels/all_kernels.h"
+#include "subgraph_body.h"
 #include "util/axes.h"
 #include "util/compute_cast.h"
 #include "util/gemm.h"
-#include "util/subgraph_body.h"
 #include "util/thread_scratch.h"
 #include "util/type_list.h"
 #include "util/vec_math.h"

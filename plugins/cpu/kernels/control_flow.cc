@@ -7,7 +7,7 @@
 #include "graph_executor.h"
 #include "host.h"
 #include "kernels/all_kernels.h"
-#include "util/subgraph_body.h"
+#include "subgraph_body.h"
 
 namespace tessera::cpu {
 
