@@ -144,17 +144,28 @@ const TessValue* NodeInfo::attr_tensor(std::string_view name) const {
 
 // ---- Registry ----
 
-void KernelRegistry::add(KernelDef def) { defs_.push_back(std::move(def)); }
+std::string KernelRegistry::key(std::string_view domain, std::string_view op_type) {
+    std::string k(domain);
+    k += '\0';
+    k += op_type;
+    return k;
+}
+
+void KernelRegistry::add(KernelDef def) {
+    by_op_[key(def.domain, def.op_type)].push_back(defs_.size());
+    defs_.push_back(std::move(def));
+}
 
 const KernelDef* KernelRegistry::find(const TessNodeView& node, std::string* why) const {
     std::string_view domain = node.domain;
     std::string_view op = node.op_type;
     const KernelDef* best = nullptr;
-    bool op_known = false;
     std::string type_problem;
-    for (const auto& def : defs_) {
-        if (def.op_type != op || def.domain != domain) continue;
-        op_known = true;
+    static const std::vector<size_t> kNone;
+    const auto found = by_op_.find(key(domain, op));
+    const bool op_known = found != by_op_.end();
+    for (size_t i : op_known ? found->second : kNone) {
+        const KernelDef& def = defs_[i];
         if (node.opset < def.since_version || (def.end_version != 0 && node.opset > def.end_version)) continue;
         bool types_ok = true;
         for (const auto& [index, allowed] : def.input_types) {

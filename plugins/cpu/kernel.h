@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "tessera/provider.h"
@@ -188,7 +189,10 @@ public:
     size_t size() const { return defs_.size(); }
 
 private:
+    static std::string key(std::string_view domain, std::string_view op_type);
+
     std::vector<KernelDef> defs_;
+    std::unordered_map<std::string, std::vector<size_t>> by_op_;  // key(domain, op_type) -> indices into defs_
 };
 
 // Convenience for registrations: a factory that constructs K from a NodeInfo.

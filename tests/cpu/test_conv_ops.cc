@@ -240,7 +240,12 @@ void run_fused_conv_case(const ConvCase& c, uint32_t seed) {
             ValueHandle w_value = tensor<float>(w_shape, w);
             NodeBuilder node("FusedConv", 1, kFusedConvDomain);
             build_fused_conv_node(node, c, w_value, act, with_z);
-            std::vector<ValueHandle> inputs{tensor<float>(c.x, x), c.constant_weights ? nullptr : w_value};
+            // Reserved up front: GCC 12 reports the reallocation of a vector grown from an initializer list of
+            // shared_ptrs as out of bounds (-Warray-bounds, a false positive).
+            std::vector<ValueHandle> inputs;
+            inputs.reserve(4);
+            inputs.push_back(tensor<float>(c.x, x));
+            inputs.push_back(c.constant_weights ? nullptr : w_value);
             if (c.bias) {
                 inputs.push_back(tensor<float>({M}, b));
             } else if (with_z) {
