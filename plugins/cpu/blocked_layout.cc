@@ -82,12 +82,13 @@ void CompiledGraph::choose_layouts(const TessGraphView& view) {
     for (size_t s = 0; s < steps_.size(); ++s) {
         const Step& step = steps_[s];
         const TessNodeView& node = *view.nodes[s];
-        switch (layout_use(node, step.kernel.get())) {
+        const LayoutUse use = layout_use(node, step.kernel.get());
+        switch (use) {
             case LayoutUse::Fixed: pin_all(step); break;
             case LayoutUse::Elementwise:
             case LayoutUse::ChannelConcat: {
                 // Data inputs: every input, or for Clip its first (min and max are scalars).
-                const bool concat = layout_use(node, step.kernel.get()) == LayoutUse::ChannelConcat;
+                const bool concat = use == LayoutUse::ChannelConcat;
                 const size_t data_inputs = std::string_view(node.op_type) == "Clip" ? 1 : step.inputs.size();
                 bool ok = step.outputs.size() == 1 && data_inputs <= node.input_count;
                 const int out = ok ? step.outputs[0] : -1;
@@ -126,16 +127,15 @@ void CompiledGraph::choose_layouts(const TessGraphView& view) {
     std::vector<bool> group_pinned(values_.size(), false);
     for (size_t id = 0; id < values_.size(); ++id)
         if (pinned[id]) group_pinned[groups.find(static_cast<int>(id))] = true;
-    for (size_t id = 0; id < values_.size(); ++id)
-        values_[id].blocked = !group_pinned[groups.find(static_cast<int>(id))];
+    auto blocked = [&](int id) { return id >= 0 && !group_pinned[groups.find(id)]; };
 
     for (size_t s = 0; s < steps_.size(); ++s) {
         if (converting[s] == nullptr) continue;
         const Step& step = steps_[s];
         std::vector<bool> blocked_inputs(step.inputs.size(), false);
         for (size_t i = 0; i < step.inputs.size(); ++i)
-            blocked_inputs[i] = step.inputs[i] >= 0 && values_[step.inputs[i]].blocked;
-        converting[s]->set_layout(blocked_inputs, !step.outputs.empty() && values_[step.outputs[0]].blocked);
+            blocked_inputs[i] = blocked(step.inputs[i]);
+        converting[s]->set_layout(blocked_inputs, !step.outputs.empty() && blocked(step.outputs[0]));
     }
 }
 

@@ -110,7 +110,6 @@ private:
         const TessValue* constant = nullptr;  // the core's, valid while we exist
         int32_t type = TESS_ELEMENT_UNDEFINED;  // declared element type
         std::vector<int64_t> dims;              // declared shape (empty: unknown rank; -1: unknown dimension)
-        bool blocked = false;                   // held in the blocked channel layout (choose_layouts)
     };
     struct Step {
         std::unique_ptr<Kernel> kernel;

@@ -2,7 +2,6 @@
 // MeanVarianceNormalization (float, double).  Statistics accumulate in double.
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <string>
 
 #include "kernels/all_kernels.h"
@@ -74,9 +73,7 @@ public:
           training_(info.opset() >= 14
                         ? info.attr_int("training_mode", 0) != 0
                         : info.has_output(1) || info.has_output(2) || info.has_output(3) || info.has_output(4)) {
-        const std::optional<Shape> x = info.input_shape(0);
-        blocked_capable_ = !training_ && blocked_layout_enabled() && info.input_type(0) == TESS_ELEMENT_FLOAT32 &&
-                           x && x->size() == 4 && (*x)[1] > 0 && (*x)[1] % kChannelBlock == 0;
+        blocked_capable_ = !training_ && info.input_type(0) == TESS_ELEMENT_FLOAT32 && blocked_input_declared(info);
     }
 
     // Inference is per channel and element by element: a blocked X gives a blocked Y.

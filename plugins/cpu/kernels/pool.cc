@@ -276,13 +276,6 @@ bool windows_inside(const WindowGeometry& g) {
     return true;
 }
 
-// Whether the reductions of a blocked X can stand in for this node's, given the declared input shape.
-std::optional<int64_t> declared_channels(const NodeInfo& info) {
-    const std::optional<Shape> x = info.input_shape(0);
-    if (!x || x->size() != 4 || (*x)[1] <= 0 || (*x)[1] % kChannelBlock != 0) return std::nullopt;
-    return (*x)[1];
-}
-
 class PoolKernel final : public Kernel, public BlockedLayoutKernel {
 public:
     PoolKernel(const NodeInfo& info, PoolKind kind) : op_(info.op_type()), attrs_(WindowAttributes::parse(info)) {
@@ -292,7 +285,7 @@ public:
         options_.p = kind == PoolKind::Lp ? read_p(info) : 2.0;
         if (attrs_.kernel_shape.empty()) throw KernelError(op_ + ": the kernel_shape attribute is required");
         const std::optional<Shape> x = info.input_shape(0);
-        if (kind == PoolKind::Lp || !declared_channels(info) || info.has_output(1) || !blocked_layout_enabled() ||
+        if (kind == PoolKind::Lp || !blocked_input_declared(info) || info.has_output(1) ||
             attrs_.kernel_shape.size() != 2)
             return;
         try {
@@ -421,7 +414,7 @@ public:
         : op_(info.op_type()),
           kind_(kind),
           p_(kind == PoolKind::Lp ? read_p(info) : 2.0),
-          blocked_capable_(kind != PoolKind::Lp && declared_channels(info) && blocked_layout_enabled()) {}
+          blocked_capable_(kind != PoolKind::Lp && blocked_input_declared(info)) {}
 
     // Y [N, C, 1, 1] is the same bytes in either layout: a blocked X gives an NCHW Y.
     bool reads_blocked(size_t input) const override { return input == 0 && blocked_capable_; }

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "util/conv_epilogue_avx512.h"
@@ -171,6 +172,11 @@ void reorder_blocks(ThreadPool& pool, const float* src, int64_t N, int64_t C, in
 }
 
 }  // namespace
+
+bool blocked_input_declared(const NodeInfo& info) {
+    const std::optional<Shape> x = info.input_shape(0);
+    return blocked_layout_enabled() && x && x->size() == 4 && (*x)[1] > 0 && (*x)[1] % kChannelBlock == 0;
+}
 
 void to_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst) {
     reorder_blocks(pool, src, N, C, positions, dst, true);

@@ -29,6 +29,10 @@ constexpr int64_t kChannelBlock = 16;
 // tensor NCHW, for measurements and tests).  Read when a kernel is created.
 bool blocked_layout_enabled();
 
+// Whether a kernel may offer the layout for input 0 of this node: blocked_layout_enabled() and a declared input of
+// shape [N, C, H, W] with C a whole number of blocks (which the graph also requires of every blocked value).
+bool blocked_input_declared(const NodeInfo& info);
+
 // dst (blocked) from src (NCHW) and back, for N images of C channels (a multiple of 16) and `positions` each.
 void to_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst);
 void from_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst);
