@@ -92,6 +92,7 @@ struct Workspace {
     std::vector<int> root;             // value whose buffer this value uses (-1: memory we do not own)
     std::vector<int> buffer_last_use;  // per root: last step reading any value in that buffer
     std::vector<size_t> bytes;         // per value with its own buffer: bytes used this run
+    std::vector<void*> buffer;         // per value with its own buffer: where it is
     std::vector<TessValue*> owned;     // values created during the run, released after it
     std::vector<void*> heap;           // per value: its buffer outside the arena (first run of a shape), or NULL
     std::vector<int> live_heap;        // values whose heap buffer is still allocated
@@ -127,6 +128,7 @@ struct Workspace {
         root.assign(value_count, -1);
         buffer_last_use.assign(value_count, -1);
         bytes.assign(value_count, 0);
+        buffer.assign(value_count, nullptr);
         owned.clear();
         for (void* p : heap) free_buffer(budget, p);
         heap.assign(value_count, nullptr);
@@ -192,6 +194,10 @@ public:
             ws_.values[id] = v;
             return t;
         }
+        if (info.concat_into >= 0 && shape == info.dims) {
+            t.data = concat_slot(id);
+            return t;
+        }
         if (i == 0 && step_.memory == KernelMemory::InPlaceInput0 && can_reuse_input0(bytes)) {
             int source = step_.inputs[0];
             int root = ws_.root[source];
@@ -199,16 +205,21 @@ public:
             share_buffer(id, root);
             return t;
         }
-        ws_.root[id] = id;
-        ws_.buffer_last_use[id] = info.last_use;
-        ws_.bytes[id] = bytes;
-        if (plan_ != nullptr && plan_->offset[id] >= 0 && bytes <= plan_->size[id]) {
-            t.data = static_cast<char*>(ws_.arena) + plan_->offset[id];
-        } else {
-            t.data = allocate_buffer(ws_.budget, bytes);
-            ws_.heap[id] = t.data;
-            ws_.live_heap.push_back(id);
+        if (ws_.root[id] == id) {
+            // A Concat output whose inputs were written into it: the buffer exists since the first of them.
+            if (bytes == ws_.bytes[id]) {
+                t.data = ws_.buffer[id];
+                return t;
+            }
+            // Shapes that disagree with the declared ones: Concat copies everything into memory of its own.
+            TessValue* v = nullptr;
+            check(host().value_create_tensor(type, shape.data(), shape.size(), &v), step_.label);
+            ws_.owned.push_back(v);
+            t = tensor_of(v);
+            ws_.values[id] = v;
+            return t;
         }
+        t.data = own_buffer(id, bytes);
         return t;
     }
 
@@ -262,6 +273,40 @@ private:
         for (size_t k = 1; k < step_.inputs.size(); ++k)
             if (step_.inputs[k] >= 0 && ws_.root[step_.inputs[k]] == root) return false;  // read again by this step
         return ws_.bytes[root] == bytes;
+    }
+
+    // Gives value `id` a buffer of its own: its place in the plan's arena, or the heap before there is a plan.
+    void* own_buffer(int id, size_t bytes) {
+        ws_.root[id] = id;
+        ws_.buffer_last_use[id] = graph_.values_[id].last_use;
+        ws_.bytes[id] = bytes;
+        void* data = nullptr;
+        if (plan_ != nullptr && plan_->offset[id] >= 0 && bytes <= plan_->size[id]) {
+            data = static_cast<char*>(ws_.arena) + plan_->offset[id];
+        } else {
+            data = allocate_buffer(ws_.budget, bytes);
+            ws_.heap[id] = data;
+            ws_.live_heap.push_back(id);
+        }
+        ws_.buffer[id] = data;
+        return data;
+    }
+
+    // Where a Concat input goes inside the output of the outermost Concat it ends up in (concat_in_place.cc); that
+    // output's buffer is made here, by its first input, with the declared size.
+    void* concat_slot(int id) {
+        int64_t offset = 0;
+        int root = id;
+        while (graph_.values_[root].concat_into >= 0) {
+            offset += graph_.values_[root].concat_offset;
+            root = graph_.values_[root].concat_into;
+        }
+        if (ws_.root[root] != root) {
+            const auto& info = graph_.values_[root];
+            own_buffer(root, checked_byte_size(info.type, info.dims, info.name));
+        }
+        share_buffer(id, root);
+        return static_cast<char*>(ws_.buffer[root]) + offset;
     }
 
     void share_buffer(int id, int root) {
@@ -362,6 +407,7 @@ CompiledGraph::CompiledGraph(const TessGraphView& view, const KernelSource& sour
         output_ids_.push_back(id);
     }
     choose_layouts(view);
+    place_concat_inputs(view);
     drop_released_constants();
 }
 
@@ -412,11 +458,15 @@ std::shared_ptr<MemoryPlan> build_plan(const Workspace& ws, const std::vector<in
         size_t size;
         int64_t offset;
     };
+    // A buffer is live from the first step writing any value in it (a Concat's inputs precede the Concat).
+    std::vector<int> first(producer);
+    for (size_t id = 0; id < ws.root.size(); ++id)
+        if (const int root = ws.root[id]; root >= 0) first[root] = std::min(first[root], producer[id]);
     std::vector<Block> blocks;
     for (size_t id = 0; id < ws.root.size(); ++id) {
         if (ws.root[id] != static_cast<int>(id) || ws.bytes[id] == 0) continue;
         int last = std::max(ws.buffer_last_use[id], producer[id]);
-        blocks.push_back(Block{static_cast<int>(id), producer[id], last, round_up(ws.bytes[id]), -1});
+        blocks.push_back(Block{static_cast<int>(id), first[id], last, round_up(ws.bytes[id]), -1});
     }
     std::sort(blocks.begin(), blocks.end(), [](const Block& a, const Block& b) { return a.size > b.size; });
     auto plan = std::make_shared<MemoryPlan>();

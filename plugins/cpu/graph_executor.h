@@ -110,6 +110,8 @@ private:
         const TessValue* constant = nullptr;  // the core's, valid while we exist
         int32_t type = TESS_ELEMENT_UNDEFINED;  // declared element type
         std::vector<int64_t> dims;              // declared shape (empty: unknown rank; -1: unknown dimension)
+        int concat_into = -1;                   // a Concat output whose buffer this value is written into
+        int64_t concat_offset = 0;              // the byte offset there (concat_in_place.cc)
     };
     struct Step {
         std::unique_ptr<Kernel> kernel;
@@ -126,6 +128,8 @@ private:
     // Chooses which values are held in the blocked channel layout and tells the kernels that read or write them
     // (blocked_layout.cc).  Runs once, after every step is created.
     void choose_layouts(const TessGraphView& view);
+    // Chooses which Concat inputs are written straight into the Concat's output (concat_in_place.cc).
+    void place_concat_inputs(const TessGraphView& view);
 
     std::unique_ptr<Workspace> acquire() const;
     void drop_released_constants();

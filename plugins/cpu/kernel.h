@@ -167,6 +167,8 @@ enum class KernelMemory {
     Normal,          // outputs get their own buffers
     InPlaceInput0,   // output 0 may reuse input 0's buffer when input 0 dies here and has the same byte size;
                      // the kernel must read element k before writing element k
+    ConcatInPlace,   // Concat: the producers of the inputs may write them straight to their places in output 0
+                     // (the planner's choice, concat_in_place.cc); the kernel copies only the inputs not already there
 };
 
 struct KernelDef {

@@ -4,6 +4,12 @@
 // operators, a channel Concat, strided and padded convolutions, MaxPool, AveragePool, GlobalAveragePool and
 // BatchNormalization, and values that must stay NCHW (a graph output, a filter count that is not a multiple of
 // 16, a reader without blocked support).
+//
+// Concats whose inputs are written in place (plugins/cpu/concat_in_place.cc) give what copying Concats give
+// (TESSERA_CPU_CONCAT_IN_PLACE=0), in either layout: a dense block whose Concats nest, a fire module, an input read
+// again after its Concat, and the inputs that must be copied (a graph input, an input claimed by an earlier Concat
+// or listed twice, a slot that would start off a 64-byte boundary, an axis with more than one row before it, a
+// Concat that is a graph output).
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -83,25 +89,48 @@ ModelBuilder chain_model() {
     return b;
 }
 
-std::vector<std::vector<float>> run_model(const ModelBuilder& b, const std::vector<float>& x, bool blocked) {
-    if (blocked) unsetenv("TESSERA_CPU_BLOCKED_LAYOUT");
-    else setenv("TESSERA_CPU_BLOCKED_LAYOUT", "0", 1);
+ModelBuilder& concat(ModelBuilder& b, std::vector<std::string> inputs, const std::string& y, int64_t axis = 1) {
+    auto& n = b.node("Concat", std::move(inputs), {y});
+    auto* attr = n.add_attribute();
+    attr->set_name("axis");
+    attr->set_type(onnx::AttributeProto::INT);
+    attr->set_i(axis);
+    return b;
+}
+
+void batch_norm(ModelBuilder& b, std::mt19937& rng, const std::string& x, const std::string& y, int64_t C) {
+    b.initializer(y + "_scale", {C}, random_floats(C, rng, 1.0f));
+    b.initializer(y + "_bias", {C}, random_floats(C, rng, 0.5f));
+    b.initializer(y + "_mean", {C}, random_floats(C, rng, 0.5f));
+    std::vector<float> variance = random_floats(C, rng, 1.0f);
+    for (float& v : variance) v = v * v + 0.1f;
+    b.initializer(y + "_var", {C}, variance);
+    b.node("BatchNormalization", {x, y + "_scale", y + "_bias", y + "_mean", y + "_var"}, {y});
+}
+
+// Runs the model twice on `x` (the second run uses the memory plan the first recorded) with the given settings of
+// TESSERA_CPU_BLOCKED_LAYOUT and TESSERA_CPU_CONCAT_IN_PLACE, and returns the second run's outputs.
+std::vector<std::vector<float>> run_model(const ModelBuilder& b, const std::vector<int64_t>& x_dims,
+                                          const std::vector<float>& x, size_t output_count, bool blocked,
+                                          bool concat_in_place = true) {
+    if (!blocked) setenv("TESSERA_CPU_BLOCKED_LAYOUT", "0", 1);
+    if (!concat_in_place) setenv("TESSERA_CPU_CONCAT_IN_PLACE", "0", 1);
     EnvPtr env = make_env(plugin_dir().string());
     auto bytes = b.bytes();
     TessSession* raw = nullptr;
     StatusPtr status(tess_session_create_from_bytes(env.get(), bytes.data(), bytes.size(), nullptr, nullptr, &raw));
     unsetenv("TESSERA_CPU_BLOCKED_LAYOUT");
+    unsetenv("TESSERA_CPU_CONCAT_IN_PLACE");
     EXPECT_EQ(status, nullptr) << tess_status_message(status.get());
     SessionPtr session(raw);
     std::vector<std::vector<float>> outputs;
     if (!session) return outputs;
-    ValuePtr input = make_float_tensor({2, 16, 12, 12}, x);
+    ValuePtr input = make_float_tensor(x_dims, x);
     const char* name = "x";
     const TessValue* inputs[] = {input.get()};
-    // Twice: the second run uses the memory plan the first recorded.
     for (int run = 0; run < 2; ++run) {
-        TessValue* out[5] = {};
-        StatusPtr s(tess_session_run(session.get(), &name, inputs, 1, nullptr, 5, out));
+        std::vector<TessValue*> out(output_count, nullptr);
+        StatusPtr s(tess_session_run(session.get(), &name, inputs, 1, nullptr, output_count, out.data()));
         EXPECT_EQ(s, nullptr) << tess_status_message(s.get());
         outputs.clear();
         for (TessValue* v : out) {
@@ -112,22 +141,84 @@ std::vector<std::vector<float>> run_model(const ModelBuilder& b, const std::vect
     return outputs;
 }
 
+void expect_same_outputs(const std::vector<std::vector<float>>& expected,
+                         const std::vector<std::vector<float>>& actual, size_t output_count) {
+    ASSERT_EQ(expected.size(), output_count);
+    ASSERT_EQ(actual.size(), output_count);
+    for (size_t o = 0; o < expected.size(); ++o) {
+        ASSERT_EQ(expected[o].size(), actual[o].size());
+        double largest = 0;
+        for (float v : expected[o]) largest = std::max(largest, double(std::abs(v)));
+        EXPECT_GT(largest, 0.1) << "output " << o << " is degenerate";
+        for (size_t i = 0; i < expected[o].size(); ++i)
+            ASSERT_NEAR(actual[o][i], expected[o][i], 1e-4 * (1.0 + largest)) << "output " << o << " element " << i;
+    }
+}
+
+// One image, so that a channel Concat's inputs are contiguous stretches of its output.
+ModelBuilder concat_model() {
+    std::mt19937 rng(5);
+    ModelBuilder b;
+    b.input("x", {1, 16, 10, 10});
+    conv(b, rng, "x", "cat0", 16, 32, 3, 1, 1);
+    // A dense block: each layer reads everything so far and its Concat extends the previous one.
+    for (int k = 1; k <= 3; ++k) {
+        const std::string previous = "cat" + std::to_string(k - 1), layer = std::to_string(k);
+        const int64_t channels = 32 + 16 * (k - 1);
+        batch_norm(b, rng, previous, "bn" + layer, channels);
+        b.node("Relu", {"bn" + layer}, {"act" + layer});
+        conv(b, rng, "act" + layer, "grow" + layer, channels, 16, 3, 1, 1);
+        concat(b, {previous, "grow" + layer}, "cat" + layer);
+    }
+    // A fire module on the block's output.
+    conv(b, rng, "cat3", "squeeze", 80, 16, 1, 1, 0);
+    b.node("Relu", {"squeeze"}, {"s"});
+    conv(b, rng, "s", "e1", 16, 32, 1, 1, 0);
+    b.node("Relu", {"e1"}, {"e1r"});
+    conv(b, rng, "s", "e3", 16, 32, 3, 1, 1);
+    b.node("Relu", {"e3"}, {"e3r"});
+    concat(b, {"e1r", "e3r"}, "fire");
+    conv(b, rng, "fire", "y0", 64, 40, 1, 1, 0);
+    conv(b, rng, "grow1", "y1", 16, 16, 1, 1, 0);  // a Concat input read again after every Concat
+    // NCHW Concats: 8 + 24 channels (slots on 64-byte boundaries), 3 + 5 (the second slot would start at 1200 bytes).
+    conv(b, rng, "cat0", "p", 32, 8, 1, 1, 0);
+    conv(b, rng, "p", "q", 8, 24, 1, 1, 0);
+    concat(b, {"p", "q"}, "pq");
+    b.node("Softmax", {"pq"}, {"y2"});
+    conv(b, rng, "p", "u", 8, 3, 1, 1, 0);
+    conv(b, rng, "p", "v", 8, 5, 1, 1, 0);
+    concat(b, {"u", "v"}, "uv");
+    b.node("Relu", {"uv"}, {"y3"});
+    concat(b, {"p", "p"}, "pp");  // listed twice
+    b.node("Relu", {"pp"}, {"y4"});
+    conv(b, rng, "q", "w", 24, 8, 1, 1, 0);
+    concat(b, {"w", "p"}, "wp", 2);  // eight rows before the axis
+    b.node("Relu", {"wp"}, {"y5"});
+    concat(b, {"x", "cat0"}, "xc");  // a graph input
+    b.node("Relu", {"xc"}, {"y6"});
+    concat(b, {"q", "v"}, "y7");  // a graph output, of inputs already placed elsewhere
+    b.output("y0", {1, 40, 10, 10}).output("y1", {1, 16, 10, 10}).output("y2", {1, 32, 10, 10});
+    b.output("y3", {1, 8, 10, 10}).output("y4", {1, 16, 10, 10}).output("y5", {1, 8, 20, 10});
+    b.output("y6", {1, 48, 10, 10}).output("y7", {1, 29, 10, 10});
+    return b;
+}
+
 }  // namespace
 
 TEST(BlockedLayout, ConvolutionChainsGiveTheNchwResults) {
     const ModelBuilder b = chain_model();
     std::mt19937 rng(11);
     const std::vector<float> x = random_floats(2 * 16 * 12 * 12, rng, 1.0f);
-    const auto nchw = run_model(b, x, false);
-    const auto blocked = run_model(b, x, true);
-    ASSERT_EQ(nchw.size(), 5u);
-    ASSERT_EQ(blocked.size(), 5u);
-    for (size_t o = 0; o < nchw.size(); ++o) {
-        ASSERT_EQ(nchw[o].size(), blocked[o].size());
-        double largest = 0;
-        for (float v : nchw[o]) largest = std::max(largest, double(std::abs(v)));
-        EXPECT_GT(largest, 0.1) << "output " << o << " is degenerate";
-        for (size_t i = 0; i < nchw[o].size(); ++i)
-            ASSERT_NEAR(blocked[o][i], nchw[o][i], 1e-4 * (1.0 + largest)) << "output " << o << " element " << i;
-    }
+    const std::vector<int64_t> dims{2, 16, 12, 12};
+    expect_same_outputs(run_model(b, dims, x, 5, false), run_model(b, dims, x, 5, true), 5);
+}
+
+TEST(ConcatInPlace, GivesWhatCopyingGivesInEitherLayout) {
+    const ModelBuilder b = concat_model();
+    std::mt19937 rng(13);
+    const std::vector<int64_t> dims{1, 16, 10, 10};
+    const std::vector<float> x = random_floats(16 * 10 * 10, rng, 1.0f);
+    const auto copied = run_model(b, dims, x, 8, false, false);
+    expect_same_outputs(copied, run_model(b, dims, x, 8, false), 8);
+    expect_same_outputs(copied, run_model(b, dims, x, 8, true), 8);
 }

@@ -848,7 +848,7 @@ void register_tensor_kernels(KernelRegistry& registry) {
     // Scatter* reads each element before writing it, so it can update its input in place.
     constexpr KernelMemory kInPlace = KernelMemory::InPlaceInput0;
     add("Transpose", 1, 0, make_factory<TransposeKernel>());
-    add("Concat", 1, 0, make_factory<ConcatKernel>());
+    add("Concat", 1, 0, make_factory<ConcatKernel>(), {}, KernelMemory::ConcatInPlace);
     add("Split", 1, 0, make_factory<SplitKernel>());
     add("Slice", 1, 9, make_factory<SliceKernel>());
     add("Slice", 10, 0, make_factory<SliceKernel>(),

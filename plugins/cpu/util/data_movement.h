@@ -255,7 +255,9 @@ inline void concat_rows(std::byte* dst, std::span<const std::byte* const> srcs, 
     if (outer == 1) {
         int64_t offset = 0;
         for (size_t k = 0; k < srcs.size(); ++k) {
-            if (part_bytes[k]) parallel_memcpy(pool, dst + offset, srcs[k], size_t(part_bytes[k]));
+            // An input its producer already wrote in place (KernelMemory::ConcatInPlace) is not copied.
+            if (part_bytes[k] && srcs[k] != dst + offset)
+                parallel_memcpy(pool, dst + offset, srcs[k], size_t(part_bytes[k]));
             offset += part_bytes[k];
         }
         return;
