@@ -408,6 +408,7 @@ CompiledGraph::CompiledGraph(const TessGraphView& view, const KernelSource& sour
     }
     choose_layouts(view);
     place_concat_inputs(view);
+    fuse_producers();
     drop_released_constants();
 }
 
@@ -578,6 +579,7 @@ void CompiledGraph::run(const std::vector<Binding>& inputs, OutputSink& outputs,
 
     for (size_t s = 0; s < steps_.size(); ++s) {
         const Step& step = steps_[s];
+        if (step.kernel == nullptr) continue;  // taken over by a later step
         if (s > 0) check_run_stop();
         StepContext ctx(*this, step, static_cast<int>(s), *ws, outputs, pool, plan.get());
         try {

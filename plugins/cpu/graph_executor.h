@@ -120,6 +120,7 @@ private:
         std::vector<int> outputs;  // value ids
         std::string label;
         std::vector<size_t> released_inputs;  // constant inputs the kernel copied (NodeInfo::release_constant)
+        // NULL kernel: a step another one took over (fuse_producers); it has no inputs or outputs left.
     };
 
     // Profiling: runs one step timed and reports it to the core.
@@ -130,6 +131,8 @@ private:
     void choose_layouts(const TessGraphView& view);
     // Chooses which Concat inputs are written straight into the Concat's output (concat_in_place.cc).
     void place_concat_inputs(const TessGraphView& view);
+    // Lets kernels take over the steps producing their inputs (ProducerFusingKernel, producer_fusion.cc).
+    void fuse_producers();
 
     std::unique_ptr<Workspace> acquire() const;
     void drop_released_constants();

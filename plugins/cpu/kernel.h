@@ -160,6 +160,20 @@ public:
     virtual void set_layout(const std::vector<bool>& blocked_inputs, bool blocked_output) = 0;
 };
 
+// A kernel that can do the work of the step producing one of its inputs as part of its own, so that the value
+// between them never goes through memory (a depthwise convolution computing the pointwise one before it a few rows
+// at a time).  The compiled graph offers it each producer whose one output only this kernel reads, after the
+// layouts are chosen (producer_fusion.cc).
+class ProducerFusingKernel {
+public:
+    virtual ~ProducerFusingKernel() = default;
+    // Whether it can take over `producer`, the step making its input `input`.
+    virtual bool can_absorb(size_t input, const Kernel& producer) const = 0;
+    // Takes it over.  From then on compute() finds no input `input` but the producer's inputs, in order, from
+    // index `first_producer_input` on.  Called before any run, on the compiling thread.
+    virtual void absorb(size_t input, std::unique_ptr<Kernel> producer, size_t first_producer_input) = 0;
+};
+
 using KernelFactory = std::function<std::unique_ptr<Kernel>(const NodeInfo&)>;
 
 // How a kernel may share memory with its inputs (used by the memory planner).

@@ -8,6 +8,7 @@ void register_all_kernels(KernelRegistry& registry) {
     register_softmax_kernels(registry);
     register_reduce_kernels(registry);
     register_conv_kernels(registry);
+    register_conv_transpose_kernels(registry);
     register_pool_kernels(registry);
     register_normalization_kernels(registry);
     register_gemm_kernels(registry);

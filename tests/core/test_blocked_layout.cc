@@ -5,6 +5,9 @@
 // BatchNormalization, and values that must stay NCHW (a graph output, a filter count that is not a multiple of
 // 16, a reader without blocked support).
 //
+// A depthwise convolution that takes over the pointwise one before it (plugins/cpu/producer_fusion.cc,
+// blocked_pointwise_depthwise2d) gives what the two give as separate steps (TESSERA_CPU_FUSE_PRODUCERS=0).
+//
 // Concats whose inputs are written in place (plugins/cpu/concat_in_place.cc) give what copying Concats give
 // (TESSERA_CPU_CONCAT_IN_PLACE=0), in either layout: a dense block whose Concats nest, a fire module, an input read
 // again after its Concat, and the inputs that must be copied (a graph input, an input claimed by an earlier Concat
@@ -112,15 +115,17 @@ void batch_norm(ModelBuilder& b, std::mt19937& rng, const std::string& x, const 
 // TESSERA_CPU_BLOCKED_LAYOUT and TESSERA_CPU_CONCAT_IN_PLACE, and returns the second run's outputs.
 std::vector<std::vector<float>> run_model(const ModelBuilder& b, const std::vector<int64_t>& x_dims,
                                           const std::vector<float>& x, size_t output_count, bool blocked,
-                                          bool concat_in_place = true) {
+                                          bool concat_in_place = true, bool fuse_producers = true) {
     if (!blocked) setenv("TESSERA_CPU_BLOCKED_LAYOUT", "0", 1);
     if (!concat_in_place) setenv("TESSERA_CPU_CONCAT_IN_PLACE", "0", 1);
+    if (!fuse_producers) setenv("TESSERA_CPU_FUSE_PRODUCERS", "0", 1);
     EnvPtr env = make_env(plugin_dir().string());
     auto bytes = b.bytes();
     TessSession* raw = nullptr;
     StatusPtr status(tess_session_create_from_bytes(env.get(), bytes.data(), bytes.size(), nullptr, nullptr, &raw));
     unsetenv("TESSERA_CPU_BLOCKED_LAYOUT");
     unsetenv("TESSERA_CPU_CONCAT_IN_PLACE");
+    unsetenv("TESSERA_CPU_FUSE_PRODUCERS");
     EXPECT_EQ(status, nullptr) << tess_status_message(status.get());
     SessionPtr session(raw);
     std::vector<std::vector<float>> outputs;
@@ -203,6 +208,46 @@ ModelBuilder concat_model() {
     return b;
 }
 
+// Inverted residual blocks whose expansions are large enough (1 MB and up) for the depthwise convolution to take
+// them over: from an NCHW input with Relu6 on both, strided; from a blocked input with Relu on the expansion only,
+// a dilated depthwise and a residual sum after it; and one too small to be taken over.
+ModelBuilder expansion_model() {
+    std::mt19937 rng(7);
+    ModelBuilder b;
+    b.input("x", {1, 16, 58, 58});
+    b.initializer("lo", {}, {0.0f});
+    b.initializer("hi", {}, {6.0f});
+    auto depthwise = [&](const std::string& x, const std::string& y, int64_t C, int64_t stride, int64_t dilation) {
+        b.initializer(y + "_w", {C, 1, 3, 3}, random_floats(C * 9, rng, 0.4f));
+        b.initializer(y + "_b", {C}, random_floats(C, rng, 0.1f));
+        auto& n = b.node("Conv", {x, y + "_w", y + "_b"}, {y});
+        set_ints(n, "kernel_shape", {3, 3});
+        set_ints(n, "strides", {stride, stride});
+        set_ints(n, "dilations", {dilation, dilation});
+        set_ints(n, "pads", {dilation, dilation, dilation, dilation});
+        auto* group = n.add_attribute();
+        group->set_name("group");
+        group->set_type(onnx::AttributeProto::INT);
+        group->set_i(C);
+    };
+    conv(b, rng, "x", "e1", 16, 96, 1, 1, 0);  // 96 x 58 x 58 floats: 1.3 MB
+    b.node("Clip", {"e1", "lo", "hi"}, {"e1r"});
+    depthwise("e1r", "d1", 96, 2, 1);
+    b.node("Clip", {"d1", "lo", "hi"}, {"d1r"});
+    conv(b, rng, "d1r", "p1", 96, 32, 1, 1, 0);  // [1, 32, 29, 29], blocked
+    conv(b, rng, "p1", "e2", 32, 320, 1, 1, 0);  // 320 x 29 x 29 floats: 1.1 MB
+    b.node("Relu", {"e2"}, {"e2r"});
+    depthwise("e2r", "d2", 320, 1, 2);
+    conv(b, rng, "d2", "p2", 320, 32, 1, 1, 0);
+    b.node("Add", {"p2", "p1"}, {"s2"});
+    conv(b, rng, "s2", "e3", 32, 64, 1, 1, 0);  // 64 x 29 x 29 floats: 215 KB, left apart
+    b.node("Clip", {"e3", "lo", "hi"}, {"e3r"});
+    depthwise("e3r", "d3", 64, 1, 1);
+    conv(b, rng, "d3", "y", 64, 24, 1, 1, 0);
+    b.output("y", {1, 24, 29, 29});
+    return b;
+}
+
 }  // namespace
 
 TEST(BlockedLayout, ConvolutionChainsGiveTheNchwResults) {
@@ -221,4 +266,12 @@ TEST(ConcatInPlace, GivesWhatCopyingGivesInEitherLayout) {
     const auto copied = run_model(b, dims, x, 8, false, false);
     expect_same_outputs(copied, run_model(b, dims, x, 8, false), 8);
     expect_same_outputs(copied, run_model(b, dims, x, 8, true), 8);
+}
+
+TEST(ProducerFusion, ExpansionsTakenOverGiveWhatSeparateStepsGive) {
+    const ModelBuilder b = expansion_model();
+    std::mt19937 rng(17);
+    const std::vector<int64_t> dims{1, 16, 58, 58};
+    const std::vector<float> x = random_floats(16 * 58 * 58, rng, 1.0f);
+    expect_same_outputs(run_model(b, dims, x, 1, true, true, false), run_model(b, dims, x, 1, true), 1);
 }

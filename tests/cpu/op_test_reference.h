@@ -35,6 +35,7 @@ inline const KernelRegistry& registry() {
         KernelRegistry reg;
         register_gemm_kernels(reg);
         register_conv_kernels(reg);
+        register_conv_transpose_kernels(reg);
         register_pool_kernels(reg);
         register_normalization_kernels(reg);
         return reg;

@@ -10,7 +10,8 @@ void register_elementwise_kernels(KernelRegistry& registry);    // kernels/eleme
 void register_activation_kernels(KernelRegistry& registry);     // kernels/activation.cc: unary math and activations
 void register_softmax_kernels(KernelRegistry& registry);        // kernels/softmax.cc
 void register_reduce_kernels(KernelRegistry& registry);         // kernels/reduce.cc
-void register_conv_kernels(KernelRegistry& registry);           // kernels/conv.cc: Conv, ConvTranspose
+void register_conv_kernels(KernelRegistry& registry);           // kernels/conv.cc: Conv, FusedConv
+void register_conv_transpose_kernels(KernelRegistry& registry);  // kernels/conv_transpose.cc
 void register_pool_kernels(KernelRegistry& registry);           // kernels/pool.cc
 void register_normalization_kernels(KernelRegistry& registry);  // kernels/normalization.cc
 void register_gemm_kernels(KernelRegistry& registry);           // kernels/gemm.cc: Gemm, MatMul

@@ -1,4 +1,4 @@
-// CPU provider: Conv and ConvTranspose (float, double; float16 and bfloat16 computed in float), N-d spatial, grouped.
+// CPU provider: Conv (float, double; float16 and bfloat16 computed in float), N-d spatial, grouped.
 //
 // Float convolutions on CPUs with AVX2 or AVX-512 run on the packed-filter micro-kernels of util/gemm.h, with the
 // filters packed once when they are constants and the bias as the accumulators' starting value:
@@ -6,7 +6,7 @@
 //  - other ranks, and images so small that the direct grid would waste work, build im2col panels (per
 //    cache-sized tile for wide images);
 //  - depthwise 2-D convolutions (one input channel per group) run as per-plane loops over the same phase grid.
-// Doubles, and CPUs without AVX2, use im2col + OpenBLAS gemm.  ConvTranspose runs as gemm (W^T x image) + col2im.
+// Doubles, and CPUs without AVX2, use im2col + OpenBLAS gemm.  (ConvTranspose: conv_transpose.cc.)
 // float16/bfloat16 inputs are widened to float, the result rounded back; constant weights are widened (and packed)
 // once, when the kernel is created.
 #include <algorithm>
@@ -16,9 +16,11 @@
 #include <string>
 
 #include "kernels/all_kernels.h"
+#include "kernels/conv_support.h"
 #include "util/blocked_conv.h"
 #include "util/compute_cast.h"
 #include "util/conv_epilogue.h"
+#include "util/conv_epilogue_avx512.h"
 #include "util/float16_compute.h"
 #include "util/gemm.h"
 #include "util/im2col.h"
@@ -33,85 +35,7 @@ namespace tessera::cpu {
 
 namespace {
 
-// A buffer of one convolution call (phase planes, cropped grid, column matrix), kept on the calling thread for the
-// next call: a new allocation of a few hundred kilobytes is a new mapping, whose page faults cost ~8% of a
-// ResNet's run.  Slots 1.. keep one call's buffers apart from each other and from the tasks' slot 0.
-template <typename T, int kSlot>
-T* call_buffer(int64_t count) {
-    return thread_scratch_buffer<T, kSlot + 1>(count);
-}
-
-std::string dims_string(const std::vector<int64_t>& v) { return shape_string(v); }
-
-// The element type the products run in: float16 and bfloat16 are computed in float.
-int32_t compute_type_of(int32_t type) { return is_16bit_float(type) ? TESS_ELEMENT_FLOAT32 : type; }
-
-// A copy of a constant input, widened to float when it is float16/bfloat16 so that compute() never converts it.
-std::optional<OwnedTensor> computable_constant(const NodeInfo& info, size_t index) {
-    std::optional<OwnedTensor> copy = copy_constant_input(info, index);
-    if (copy && is_16bit_float(copy->tensor().type)) return OwnedTensor(WidenedTensor(copy->tensor()).tensor());
-    return copy;
-}
-
-// What Conv and ConvTranspose share: attributes, and weights/bias copied at creation when they are constants.
-class ConvKernelBase : public Kernel {
-protected:
-    explicit ConvKernelBase(const NodeInfo& info)
-        : op_(info.op_type()),
-          attrs_(WindowAttributes::parse(info)),
-          group_(info.attr_int("group", 1)),
-          weights_type_(info.input_constant(1) != nullptr ? info.input_type(1) : TESS_ELEMENT_UNDEFINED),
-          bias_type_(info.input_constant(2) != nullptr ? info.input_type(2) : TESS_ELEMENT_UNDEFINED),
-          weights_(computable_constant(info, 1)),
-          bias_(computable_constant(info, 2)) {
-        if (group_ < 1) throw KernelError(op_ + ": group must be positive, got " + std::to_string(group_));
-        // The kernel holds its own copies (packed, for float filters): the core may free the model's.
-        if (weights_) info.release_constant(1);
-        if (bias_) info.release_constant(2);
-    }
-
-    const Tensor& weights(const KernelContext& ctx) const { return weights_ ? weights_->tensor() : ctx.input(1); }
-    const Tensor* bias(const KernelContext& ctx) const {
-        if (bias_) return &bias_->tensor();
-        return ctx.has_input(2) ? &ctx.input(2) : nullptr;
-    }
-
-    // Checks what both ops require of X, W and B; returns W's spatial dimensions (the kernel).
-    Shape check_inputs(const Tensor& X, const Tensor& W, const Tensor* B, int64_t bias_size_of_w) const {
-        if (X.type != TESS_ELEMENT_FLOAT32 && X.type != TESS_ELEMENT_FLOAT64 && !is_16bit_float(X.type)) {
-            throw_unsupported_type(op_, X.type);
-        }
-        // Constants are held in the compute type: compare the types the model gives them.
-        const int32_t w_type = weights_type_ != TESS_ELEMENT_UNDEFINED ? weights_type_ : W.type;
-        const int32_t b_type = bias_type_ != TESS_ELEMENT_UNDEFINED ? bias_type_ : B != nullptr ? B->type : X.type;
-        if (w_type != X.type || b_type != X.type) {
-            throw KernelError(op_ + ": X, W and B must have the same element type");
-        }
-        if (X.rank() < 3) throw KernelError(op_ + ": X " + shape_string(X.shape) + " must be [N, C, D1, ...]");
-        if (W.rank() != X.rank()) {
-            throw KernelError(op_ + ": W " + shape_string(W.shape) + " must have the rank of X " +
-                              shape_string(X.shape));
-        }
-        Shape kernel(W.shape.begin() + 2, W.shape.end());
-        if (!attrs_.kernel_shape.empty() && attrs_.kernel_shape != kernel) {
-            throw KernelError(op_ + ": kernel_shape " + dims_string(attrs_.kernel_shape) + " does not match W " +
-                              shape_string(W.shape));
-        }
-        if (B != nullptr && (B->rank() != 1 || B->shape[0] != bias_size_of_w)) {
-            throw KernelError(op_ + ": B " + shape_string(B->shape) + " must be [" + std::to_string(bias_size_of_w) +
-                              "]");
-        }
-        return kernel;
-    }
-
-    std::string op_;
-    WindowAttributes attrs_;
-    int64_t group_;
-    int32_t weights_type_;  // the model's element type of constant weights and bias (UNDEFINED when not constant)
-    int32_t bias_type_;
-    std::optional<OwnedTensor> weights_;  // constant weights and bias, float16/bfloat16 widened to float
-    std::optional<OwnedTensor> bias_;
-};
+using namespace conv_support;
 
 // 2-D convolutions without im2col.  The zero-padded image is split into SH x SW phase planes,
 // phase (a, b) holding padded rows a, a + SH, ... and columns b, b + SW, ... (for unit strides, just the padded
@@ -262,7 +186,7 @@ void depthwise_conv2d(ThreadPool& pool, const WindowGeometry& g, const T* x, con
     });
 }
 
-class ConvKernel final : public ConvKernelBase, public BlockedLayoutKernel {
+class ConvKernel final : public ConvKernelBase, public BlockedLayoutKernel, public ProducerFusingKernel {
 public:
     explicit ConvKernel(const NodeInfo& info) : ConvKernelBase(info), epilogue_(ConvEpilogue::parse(info)) {
         // Constant float filters are packed once for the packed-filter products; the plain copy is then dropped
@@ -311,7 +235,31 @@ public:
         }
     }
 
+    // A blocked depthwise convolution takes over the blocked pointwise one feeding it, when the tensor between
+    // them is large enough to leave the cache (blocked_pointwise_depthwise2d).
+    bool can_absorb(size_t input, const Kernel& producer) const override {
+        const auto* pw = dynamic_cast<const ConvKernel*>(&producer);
+        if (input != 0 || pw == nullptr || !depthwise_ || depthwise_filters_.empty() || epilogue_.has_sum ||
+            !declared_ || declared_->rank() != 2)
+            return false;
+        if (pw->lane_filters_.empty() || !pw->layout_.y_blocked || !pw->declared_ || !pw->declared_->is_pointwise() ||
+            pw->declared_->rank() != 2 || pw->epilogue_.has_sum ||
+            (pw->epilogue_.active() && !vector_activation(pw->epilogue_)) || pw->packed_shape_.empty() ||
+            pw->packed_shape_[0] != packed_shape_[0])
+            return false;
+        const int64_t bytes = packed_shape_[0] * declared_->input_size() * static_cast<int64_t>(sizeof(float));
+        return bytes >= kFusedPointwiseMinBytes;
+    }
+    void absorb(size_t, std::unique_ptr<Kernel> producer, size_t first_producer_input) override {
+        absorbed_.reset(static_cast<ConvKernel*>(producer.release()));
+        absorbed_inputs_ = first_producer_input;
+    }
+
     void compute(KernelContext& ctx) const override {
+        if (absorbed_) {
+            compute_with_pointwise(ctx);
+            return;
+        }
         const Tensor& X = ctx.input(0);
         const Tensor packed_view{TESS_ELEMENT_FLOAT32, packed_shape_, nullptr, nullptr};
         const bool packed = !packed_filters_.empty() || !lane_filters_.empty() || !winograd_.empty() ||
@@ -426,6 +374,39 @@ public:
     }
 
 private:
+    // Pointwise intermediates from this size up go through the fused kernel: MobileNetV2's 112x112 and 56x56
+    // expansions (4.8 and 1.8 MB); the smaller ones stay in L2 anyway and split better as two steps.
+    static constexpr int64_t kFusedPointwiseMinBytes = int64_t(1) << 20;
+
+    // The depthwise convolution of the pointwise convolution it took over (absorb): X is the pointwise input.
+    void compute_with_pointwise(KernelContext& ctx) const {
+        const ConvKernel& pw = *absorbed_;
+        const Tensor& X = ctx.input(absorbed_inputs_);
+        const int64_t M = packed_shape_[0], C = pw.packed_shape_[1];
+        if (X.type != TESS_ELEMENT_FLOAT32 || X.rank() != 4 || X.shape[1] != C)
+            throw KernelError("Conv: X " + shape_string(X.shape) + " of the pointwise convolution before it must be " +
+                              "float [N, " + std::to_string(C) + ", H, W]");
+        const Shape spatial(X.shape.begin() + 2, X.shape.end());
+        if (!resolve_window("Conv", pw.attrs_, spatial, {1, 1}).is_pointwise())
+            throw KernelError("Conv: the pointwise convolution before it is not pointwise for X " +
+                              shape_string(X.shape));
+        const WindowGeometry g = resolve_window("Conv", attrs_, spatial, Shape(packed_shape_.begin() + 2, packed_shape_.end()));
+        const Tensor* pw_bias = pw.bias_ ? &pw.bias_->tensor()
+                                         : ctx.has_input(absorbed_inputs_ + 2) ? &ctx.input(absorbed_inputs_ + 2) : nullptr;
+        const Tensor* B = bias(ctx);
+        for (const Tensor* b : {pw_bias, B})
+            if (b != nullptr && (b->type != TESS_ELEMENT_FLOAT32 || b->rank() != 1 || b->shape[0] != M))
+                throw KernelError("Conv: B " + shape_string(b->shape) + " must be float [" + std::to_string(M) + "]");
+        const int64_t N = X.shape[0];
+        Tensor& Y = ctx.output(0, X.type, Shape{N, M, g.output[0], g.output[1]});
+        if (Y.size() == 0) return;
+        const BlockedPointwiseStage stage{&pw.lane_filters_, C, pw.layout_.x_blocked,
+                                          pw_bias != nullptr ? pw_bias->ptr<float>() : nullptr, &pw.epilogue_};
+        blocked_pointwise_depthwise2d(ctx.pool(), stage, g, depthwise_filters_.data(),
+                                      B != nullptr ? B->ptr<float>() : nullptr, &epilogue_, N, X.ptr<float>(),
+                                      Y.ptr<float>());
+    }
+
     // Packs the constant filters once, for the blocked layout's kernel or for the NCHW family the declared geometry
     // chooses, and drops the plain copy.
     void pack_weights(bool blocked) {
@@ -832,131 +813,8 @@ private:
     std::vector<float> depthwise_filters_;       // packed for it (pack_blocked_depthwise)
     BlockedConvLayout layout_;                   // what set_layout chose
     ConvEpilogue epilogue_;                      // FusedConv's sum and activation (none for Conv)
-};
-
-// ConvTranspose.  Output size and padding follow the spec of the registered opset: with output_shape (or
-// SAME_* auto_pad) the total padding is derived and split between the two sides, the odd element going to the
-// start for opsets 1-10 under SAME_UPPER and to the end from opset 11.
-class ConvTransposeKernel final : public ConvKernelBase {
-public:
-    explicit ConvTransposeKernel(const NodeInfo& info)
-        : ConvKernelBase(info),
-          output_padding_(info.attr_ints("output_padding")),
-          output_shape_(info.attr_ints("output_shape")),
-          legacy_padding_split_(info.opset() < 11) {}
-
-    void compute(KernelContext& ctx) const override {
-        const Tensor& X = ctx.input(0);
-        const Tensor& W = weights(ctx);
-        const Tensor* B = bias(ctx);
-        const int64_t Mg = W.rank() > 1 ? W.shape[1] : 0;
-        const Shape kernel = check_inputs(X, W, B, Mg * group_);
-        const int64_t N = X.shape[0], C = X.shape[1], M = Mg * group_;
-        if (C % group_ != 0 || W.shape[0] != C) {
-            throw KernelError("ConvTranspose: X " + shape_string(X.shape) + " and W " + shape_string(W.shape) +
-                              " do not fit group=" + std::to_string(group_));
-        }
-        const WindowGeometry g = geometry(Shape(X.shape.begin() + 2, X.shape.end()), kernel);
-        Shape y_shape{N, M};
-        y_shape.insert(y_shape.end(), g.input.begin(), g.input.end());
-        Tensor& Y = ctx.output(0, X.type, y_shape);
-        if (Y.size() == 0) return;
-        ThreadPool& pool = ctx.pool();
-        dispatch<float, double>(compute_type_of(X.type), [&]<typename T>() {
-            const ConvertedInput<T> x(X, pool), w(W, pool);
-            const ConvertedInput<T> b = B != nullptr ? ConvertedInput<T>(*B, pool) : ConvertedInput<T>();
-            ConvertedOutput<T> y(Y);
-            run<T>(pool, g, x.data(), w.data(), b.data(), N, C, M, y.data());
-            y.finish(pool);
-        });
-    }
-
-private:
-    // The forward-convolution geometry whose input is ConvTranspose's output: col2im scatters into it.
-    WindowGeometry geometry(const Shape& in, const Shape& kernel) const {
-        const size_t rank = in.size();
-        auto check_length = [&](const std::vector<int64_t>& v, size_t expected, const char* name) {
-            if (!v.empty() && v.size() != expected) {
-                throw KernelError("ConvTranspose: " + std::string(name) + " " + dims_string(v) + " does not match " +
-                                  std::to_string(rank) + " spatial dimensions");
-            }
-        };
-        check_length(attrs_.strides, rank, "strides");
-        check_length(attrs_.dilations, rank, "dilations");
-        check_length(attrs_.pads, 2 * rank, "pads");
-        check_length(output_padding_, rank, "output_padding");
-        // output_shape may also list N and C; only the spatial part counts.
-        if (!output_shape_.empty() && output_shape_.size() != rank && output_shape_.size() != rank + 2) {
-            check_length(output_shape_, rank, "output_shape");
-        }
-        WindowGeometry g;
-        g.output = in;
-        g.kernel = kernel;
-        g.strides = attrs_.strides.empty() ? Shape(rank, 1) : attrs_.strides;
-        g.dilations = attrs_.dilations.empty() ? Shape(rank, 1) : attrs_.dilations;
-        g.input.assign(rank, 0);
-        g.pads_begin.assign(rank, 0);
-        g.pads_end.assign(rank, 0);
-        const bool same = attrs_.auto_pad == AutoPad::SameUpper || attrs_.auto_pad == AutoPad::SameLower;
-        for (size_t d = 0; d < rank; ++d) {
-            const int64_t stride = g.strides[d];
-            const int64_t adjustment = output_padding_.empty() ? 0 : output_padding_[d];
-            const int64_t full = stride * (in[d] - 1) + adjustment + (kernel[d] - 1) * g.dilations[d] + 1;
-            int64_t out = 0;
-            if (!output_shape_.empty() || same) {
-                out = !output_shape_.empty() ? output_shape_[output_shape_.size() - rank + d] : in[d] * stride;
-                const int64_t total = full - out;
-                // Python-style floor halves: a negative total (output larger than the full result) grows the end.
-                const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
-                const bool upper = attrs_.auto_pad == AutoPad::SameUpper;
-                const bool odd_at_end = legacy_padding_split_ ? !upper : upper;
-                g.pads_begin[d] = odd_at_end ? half : total - half;
-                g.pads_end[d] = total - g.pads_begin[d];
-            } else {
-                if (attrs_.auto_pad != AutoPad::Valid && !attrs_.pads.empty()) {
-                    g.pads_begin[d] = attrs_.pads[d];
-                    g.pads_end[d] = attrs_.pads[d + rank];
-                }
-                out = full - g.pads_begin[d] - g.pads_end[d];
-            }
-            if (out <= 0) {
-                throw KernelError("ConvTranspose: output dimension " + std::to_string(out) + " for input " +
-                                  shape_string(in) + " is not positive");
-            }
-            g.input[d] = out;
-        }
-        return g;
-    }
-
-    template <typename T>
-    void run(ThreadPool& pool, const WindowGeometry& g, const T* x, const T* w, const T* bias, int64_t N, int64_t C,
-             int64_t M, T* y) const {
-        const int64_t Cg = C / group_, Mg = M / group_;
-        const int64_t in_size = g.output_size(), out_size = g.input_size();
-        const int64_t rows = Mg * g.kernel_size();
-        T* col = call_buffer<T, 3>(rows * in_size);
-        const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, out_size * g.kernel_size()));
-        for (int64_t n = 0; n < N; ++n) {
-            for (int64_t grp = 0; grp < group_; ++grp) {
-                const T* image = x + (n * C + grp * Cg) * in_size;
-                T* out = y + (n * M + grp * Mg) * out_size;
-                // col[Mg * kernel, in_size] = W_g^T [Mg * kernel, Cg] x image [Cg, in_size]
-                gemm<T>(pool, true, false, rows, in_size, Cg, T(1), w + grp * Cg * rows, rows, image, in_size, T(0),
-                        col, in_size);
-                pool.parallel_for(Mg, grain, [&](int64_t first, int64_t last) {
-                    for (int64_t c = first; c < last; ++c) {
-                        const T b = bias != nullptr ? bias[grp * Mg + c] : T(0);
-                        std::fill(out + c * out_size, out + (c + 1) * out_size, b);
-                    }
-                    col2im_channels(g, col, first, last, out);
-                });
-            }
-        }
-    }
-
-    std::vector<int64_t> output_padding_;
-    std::vector<int64_t> output_shape_;
-    bool legacy_padding_split_;
+    std::unique_ptr<ConvKernel> absorbed_;       // the pointwise convolution this depthwise one took over
+    size_t absorbed_inputs_ = 0;                 // where its inputs start among this step's
 };
 
 }  // namespace
@@ -971,8 +829,6 @@ void register_conv_kernels(KernelRegistry& registry) {
     const std::vector<int32_t> f32{TESS_ELEMENT_FLOAT32};
     registry.add({TESS_FUSED_OPS_DOMAIN, "FusedConv", 1, 0, {{0, f32}, {1, f32}, {2, f32}, {3, f32}}, KernelMemory::Normal,
                   make_factory<ConvKernel>()});
-    registry.add({"", "ConvTranspose", 1, 10, float_inputs, KernelMemory::Normal, make_factory<ConvTransposeKernel>()});
-    registry.add({"", "ConvTranspose", 11, 0, float_inputs, KernelMemory::Normal, make_factory<ConvTransposeKernel>()});
 }
 
 }  // namespace tessera::cpu

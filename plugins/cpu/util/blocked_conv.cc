@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -43,12 +44,17 @@ struct TileOutput {
 // kRows positions x kVecs * 16 filters over `depth` steps: position r of step k reads x[r][offsets[k]], w is the
 // panel [depth][kVecs * 16], and the accumulators start from init (kVecs * 16 values).  Unlike the lane kernels'
 // tile, every position has its own input address, so one tile may span output rows and strides cost nothing.
-template <int kVecs, int kRows>
+// kStride > 0: the positions follow each other kStride floats apart from xs[0] (a 1x1 stride-1 unpadded layer, 16
+// or 1 for a blocked or NCHW input), so that one address serves them all and the eight addresses the general tile
+// keeps no longer crowd the general registers (GCC spilled them to vector registers at eight positions).
+template <int kVecs, int kRows, int kStride>
 __attribute__((target("avx512f"))) void position_tile(int64_t depth, const float* w, const float* const* xs,
                                                       const int64_t* offsets, const float* init,
                                                       const TileOutput& to) {
     const float* x[kRows];
-    for (int r = 0; r < kRows; ++r) x[r] = xs[r];
+    if constexpr (kStride == 0)
+        for (int r = 0; r < kRows; ++r) x[r] = xs[r];
+    const float* const x0 = xs[0];
     __m512 acc[kRows][kVecs];
     for (int v = 0; v < kVecs; ++v) {
         const __m512 start = _mm512_loadu_ps(init + 16 * v);
@@ -65,7 +71,7 @@ __attribute__((target("avx512f"))) void position_tile(int64_t depth, const float
         for (int v = 0; v < kVecs; ++v) wv[v] = _mm512_load_ps(wk + 16 * v);
 #pragma GCC unroll 16
         for (int r = 0; r < kRows; ++r) {
-            const __m512 xv = _mm512_set1_ps(x[r][off]);
+            const __m512 xv = _mm512_set1_ps(kStride == 0 ? x[r][off] : x0[off + r * kStride]);
             for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_fmadd_ps(xv, wv[v], acc[r][v]);
         }
     }
@@ -84,31 +90,51 @@ __attribute__((target("avx512f"))) void position_tile(int64_t depth, const float
 using PositionTileFn = void (*)(int64_t, const float*, const float* const*, const int64_t*, const float*,
                                 const TileOutput&);
 
-template <int kVecs, int... kRows>
+template <int kVecs, int kStride, int... kRows>
 constexpr std::array<PositionTileFn, sizeof...(kRows)> position_tiles(std::integer_sequence<int, kRows...>) {
-    return {position_tile<kVecs, kRows + 1>...};
+    return {position_tile<kVecs, kRows + 1, kStride>...};
 }
 // Six positions for 64-filter panels (the lane kernels' measured best: 24 accumulators), eight for narrower ones:
 // each position keeps an address in a general register, and more would not fit.
 constexpr int kMaxTileRows = 8;
-constexpr auto kTiles16 = position_tiles<1>(std::make_integer_sequence<int, 8>());
-constexpr auto kTiles32 = position_tiles<2>(std::make_integer_sequence<int, 8>());
-constexpr auto kTiles48 = position_tiles<3>(std::make_integer_sequence<int, 8>());
-constexpr auto kTiles64 = position_tiles<4>(std::make_integer_sequence<int, 6>());
-
-// The tiles for a panel width, and how many positions the tallest takes.
-std::pair<const PositionTileFn*, int64_t> tiles_for(int64_t width) {
-    switch (width) {
-        case 16: return {kTiles16.data(), int64_t(kTiles16.size())};
-        case 32: return {kTiles32.data(), int64_t(kTiles32.size())};
-        case 48: return {kTiles48.data(), int64_t(kTiles48.size())};
-        default: return {kTiles64.data(), int64_t(kTiles64.size())};
+template <int kStride>
+struct TileTables {
+    static constexpr auto w16 = position_tiles<1, kStride>(std::make_integer_sequence<int, 8>());
+    static constexpr auto w32 = position_tiles<2, kStride>(std::make_integer_sequence<int, 8>());
+    static constexpr auto w48 = position_tiles<3, kStride>(std::make_integer_sequence<int, 8>());
+    static constexpr auto w64 = position_tiles<4, kStride>(std::make_integer_sequence<int, 6>());
+    static std::pair<const PositionTileFn*, int64_t> of_width(int64_t width) {
+        switch (width) {
+            case 16: return {w16.data(), int64_t(w16.size())};
+            case 32: return {w32.data(), int64_t(w32.size())};
+            case 48: return {w48.data(), int64_t(w48.size())};
+            default: return {w64.data(), int64_t(w64.size())};
+        }
     }
+};
+
+// The tiles for a panel width, and how many positions the tallest takes; `stride` as the tiles' kStride (0, 1 or
+// 16).
+std::pair<const PositionTileFn*, int64_t> tiles_for(int64_t width, int64_t stride = 0) {
+    switch (stride) {
+        case 1: return TileTables<1>::of_width(width);
+        case kChannelBlock: return TileTables<kChannelBlock>::of_width(width);
+        default: return TileTables<0>::of_width(width);
+    }
+}
+
+float* align_up(float* p) {
+    const auto address = reinterpret_cast<uintptr_t>(p);
+    return reinterpret_cast<float*>((address + 63) & ~uintptr_t(63));
 }
 
 struct Geometry {
     int64_t C, H, W, Hp, Wp, OH, OW, KH, KW, SH, SW, DH, DW, PT, PL;
     bool padded;
+    // The depthwise loops read image row ih at x + row_slot(ih) * W * 16: row ih itself, or for a band of rows held
+    // in a ring of ring_rows rows (blocked_pointwise_depthwise2d), slot ih % ring_rows.
+    int64_t ring_rows;
+    int64_t row_slot(int64_t ih) const { return ring_rows > 0 ? ih % ring_rows : ih; }
 };
 
 Geometry geometry_of(const WindowGeometry& g, int64_t C) {
@@ -201,7 +227,9 @@ void blocked_conv2d(ThreadPool& pool, const WindowGeometry& g, const LanePackedF
     const int64_t e = layout.x_blocked ? kChannelBlock : 1;
     const int64_t width = filters.panel_width(), panels = filters.panels();
     // Not a structured binding: clang 14 does not let the lambdas below capture one.
-    const std::pair<const PositionTileFn*, int64_t> tiles_of_width = tiles_for(width);
+    // A 1x1 stride-1 unpadded layer reads its positions one after another: the tiles with one input address.
+    const bool contiguous = q.KH == 1 && q.KW == 1 && q.SH == 1 && q.SW == 1 && !q.padded;
+    const std::pair<const PositionTileFn*, int64_t> tiles_of_width = tiles_for(width, contiguous ? e : 0);
     const PositionTileFn* tile_fns = tiles_of_width.first;
     const int64_t tile_height = tiles_of_width.second;
     const bool vector_act = epilogue == nullptr || vector_activation(*epilogue);
@@ -325,7 +353,7 @@ __attribute__((target("avx512f"))) inline void depthwise_positions(const Geometr
                                                                    int64_t kh0, int64_t kh1, __m512* acc) {
     for (int p = 0; p < kPos; ++p) acc[p] = bias;
     for (int64_t kh = kh0; kh < kh1; ++kh) {
-        const float* row = x + (oh * q.SH - q.PT + kh * q.DH) * q.W * kChannelBlock;
+        const float* row = x + q.row_slot(oh * q.SH - q.PT + kh * q.DH) * q.W * kChannelBlock;
         for (int64_t kw = 0; kw < q.KW; ++kw) {
             const __m512 wv = kMax ? bias : _mm512_loadu_ps(w + (kh * q.KW + kw) * kChannelBlock);
             const float* at = row + (ow0 * q.SW - q.PL + kw * q.DW) * kChannelBlock;
@@ -377,7 +405,7 @@ __attribute__((target("avx512f"))) void depthwise_rows(const Geometry& q, const 
             for (int64_t kh = kh0; kh < kh1; ++kh) {
                 __m512& a = acc[(kh - kh0) % kMaxWindowRows];
                 if (kh - kh0 < kMaxWindowRows) a = kh == kh0 ? b : identity;
-                const float* row = x + (oh * q.SH - q.PT + kh * q.DH) * q.W * kChannelBlock;
+                const float* row = x + q.row_slot(oh * q.SH - q.PT + kh * q.DH) * q.W * kChannelBlock;
                 for (int64_t kw = 0; kw < q.KW; ++kw) {
                     const int64_t iw = ow * q.SW - q.PL + kw * q.DW;
                     if (iw < 0 || iw >= q.W) continue;
@@ -459,6 +487,96 @@ void blocked_max_pool2d(ThreadPool& pool, const WindowGeometry& g, int64_t N, in
                                  band_begin(q.OH, bands, band + 1));
         }
     });
+}
+
+// The ring's size: MobileNetV2's fused layers measured 15-20% slower with 64 or 128 KB (fewer output rows a step)
+// and no faster with 512 KB.
+constexpr int64_t kPointwiseRingBytes = int64_t(256) << 10;
+
+void blocked_pointwise_depthwise2d(ThreadPool& pool, const BlockedPointwiseStage& pw, const WindowGeometry& g,
+                                   const float* packed_w, const float* bias, const ConvEpilogue* epilogue,
+                                   int64_t N, const float* x, float* y) {
+    if (epilogue != nullptr && !epilogue->active()) epilogue = nullptr;
+    const ConvEpilogue* pw_epilogue = pw.epilogue != nullptr && pw.epilogue->active() ? pw.epilogue : nullptr;
+    const LanePackedFilters& filters = *pw.filters;
+    const int64_t M = filters.rows(), C = pw.channels, width = filters.panel_width();
+    const Geometry q = geometry_of(g, M);
+    const bool vector_act = epilogue == nullptr || vector_activation(*epilogue);
+    const int64_t blocks = M / kChannelBlock, taps = q.KH * q.KW, plane = q.H * q.W;
+    const int64_t e = pw.x_blocked ? kChannelBlock : 1;
+    const std::pair<const PositionTileFn*, int64_t> tiles_of_width = tiles_for(width, e);
+    const PositionTileFn* tile_fns = tiles_of_width.first;
+    const int64_t tile_height = tiles_of_width.second;
+
+    // Step c of the pointwise filters reads channel c of a position at a fixed offset from its address.
+    int64_t* offsets = thread_scratch_buffer<int64_t, 11>(C);
+    for (int64_t c = 0; c < C; ++c)
+        offsets[c] = pw.x_blocked ? (c / kChannelBlock) * plane * kChannelBlock + c % kChannelBlock : c * plane;
+
+    // Each thread takes a run of output rows and walks it a few at a time, keeping the pointwise rows they read in
+    // a ring (rows shared with the previous step stay; new ones replace those no longer read) small enough to stay
+    // in L2 beside the filters.
+    const int64_t row_bytes = blocks * q.W * kChannelBlock * static_cast<int64_t>(sizeof(float));
+    auto rows_in = [&](int64_t out_rows) { return (out_rows - 1) * q.SH + (q.KH - 1) * q.DH + 1; };
+    int64_t step_rows = 1;
+    while (step_rows < q.OH && rows_in(step_rows + 1) * row_bytes <= kPointwiseRingBytes) ++step_rows;
+    Geometry ring = q;
+    ring.ring_rows = rows_in(step_rows);
+    const int64_t block_floats = ring.ring_rows * q.W * kChannelBlock;  // one channel block's ring
+    const int64_t parts = std::min<int64_t>(q.OH, pool.size());
+
+    for (int64_t n = 0; n < N; ++n) {
+        const float* image = x + n * C * plane;
+        float* y_image = y + n * M * q.OH * q.OW;
+        pool.parallel_for(parts, 1, [&](int64_t first, int64_t last) {
+            // Whole cache lines per position: a store split across two lines costs two.
+            float* rows = align_up(thread_scratch_buffer<float, 16>(blocks * block_floats + kChannelBlock));
+            alignas(64) float panel_bias[kLanePanelWidth];
+            const float* xs[kMaxTileRows];
+            float* outs[kMaxTileRows];
+            for (int64_t part = first; part < last; ++part) {
+                int64_t made_end = 0;  // pointwise rows before this one are made (or not needed again)
+                for (int64_t o0 = band_begin(q.OH, parts, part), o_end = band_begin(q.OH, parts, part + 1);
+                     o0 < o_end; o0 += step_rows) {
+                    const int64_t o1 = std::min(o_end, o0 + step_rows);
+                    const int64_t need_begin = std::clamp<int64_t>(o0 * q.SH - q.PT, 0, q.H);
+                    const int64_t need_end = std::clamp<int64_t>(o0 * q.SH - q.PT + rows_in(o1 - o0), need_begin, q.H);
+                    // The pointwise convolution of the rows not yet made, every filter panel.
+                    const int64_t j_begin = std::max(need_begin, made_end) * q.W, j_end = need_end * q.W;
+                    for (int64_t p = 0; p < filters.panels(); ++p) {
+                        const int64_t m0 = p * width, live = std::min(width, M - m0);
+                        std::fill(panel_bias, panel_bias + kLanePanelWidth, 0.0f);
+                        if (pw.bias != nullptr) std::copy(pw.bias + m0, pw.bias + m0 + live, panel_bias);
+                        float* panel_rows = rows + (m0 / kChannelBlock) * block_floats;
+                        // Position j's place in the ring, stepped along (no division per position).
+                        float* row_out = panel_rows + ring.row_slot(j_begin / q.W) * q.W * kChannelBlock;
+                        int64_t ih = j_begin / q.W, iw = 0;
+                        for (int64_t j0 = j_begin; j0 < j_end; j0 += tile_height) {
+                            const int64_t count = std::min(tile_height, j_end - j0);
+                            xs[0] = image + j0 * e;
+                            for (int64_t r = 0; r < count; ++r, ++iw) {
+                                if (iw == q.W) {
+                                    iw = 0;
+                                    row_out = panel_rows + ring.row_slot(++ih) * q.W * kChannelBlock;
+                                }
+                                outs[r] = row_out + iw * kChannelBlock;
+                            }
+                            const TileOutput to{outs, nullptr, block_floats, int(live / kChannelBlock), pw_epilogue,
+                                                nullptr, 0};
+                            tile_fns[count - 1](C, filters.panel(p), xs, offsets, panel_bias, to);
+                        }
+                    }
+                    made_end = std::max(made_end, need_end);
+                    // The depthwise convolution of output rows [o0, o1) from them.
+                    for (int64_t b = 0; b < blocks; ++b) {
+                        depthwise_rows<false>(ring, rows + b * block_floats, packed_w + b * taps * kChannelBlock,
+                                              bias != nullptr ? bias + b * kChannelBlock : nullptr, epilogue,
+                                              vector_act, nullptr, y_image + b * q.OH * q.OW * kChannelBlock, o0, o1);
+                    }
+                }
+            }
+        });
+    }
 }
 
 namespace {

@@ -75,6 +75,26 @@ std::vector<float> pack_blocked_depthwise(const float* w, int64_t C, int64_t tap
 void blocked_depthwise2d(ThreadPool& pool, const WindowGeometry& g, const float* packed_w, int64_t N, int64_t C,
                          const float* x, const float* bias, const ConvEpilogue* epilogue, const float* z, float* y);
 
+// The pointwise convolution feeding a depthwise one in blocked_pointwise_depthwise2d: 1x1, unit strides, no
+// padding, one group; filters packed by blocked_panel_width, bias (or NULL) and an epilogue with no sum whose
+// activation is a vector one (vector_activation), over `channels` input channels, X blocked or NCHW.
+struct BlockedPointwiseStage {
+    const LanePackedFilters* filters;
+    int64_t channels;
+    bool x_blocked;
+    const float* bias;
+    const ConvEpilogue* epilogue;
+};
+
+// Y = blocked_depthwise2d(pointwise(X)) without the pointwise output ever leaving the cache: each thread takes a
+// run of output rows and, a few rows at a time, computes the pointwise rows they read into a scratch buffer and the
+// depthwise rows from there (MobileNetV2's expansions, whose outputs are the network's largest tensors).  g, W,
+// bias and epilogue describe the depthwise convolution as for blocked_depthwise2d, with no sum; Y blocked.
+// Splits the work across the pool; call it outside any parallel region.
+void blocked_pointwise_depthwise2d(ThreadPool& pool, const BlockedPointwiseStage& pw, const WindowGeometry& g,
+                                   const float* packed_w, const float* bias, const ConvEpilogue* epilogue,
+                                   int64_t N, const float* x, float* y);
+
 // MaxPool from a blocked X to a blocked Y (C a multiple of 16), on the depthwise kernel's loops; every window must
 // hold at least one element of the image.  Splits the work across the pool.  (An AveragePool whose windows all lie
 // inside the image is blocked_depthwise2d with every weight 1 / window size.)
