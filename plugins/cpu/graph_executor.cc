@@ -198,8 +198,9 @@ public:
             t.data = concat_slot(id);
             return t;
         }
-        if (i == 0 && step_.memory == KernelMemory::InPlaceInput0 && can_reuse_input0(bytes)) {
-            int source = step_.inputs[0];
+        const int reusable = step_.memory == KernelMemory::InPlaceInput0 ? 0 : step_.kernel->in_place_input();
+        if (i == 0 && reusable >= 0 && can_reuse_input(static_cast<size_t>(reusable), bytes)) {
+            int source = step_.inputs[static_cast<size_t>(reusable)];
             int root = ws_.root[source];
             t.data = ws_.tensors[source].data;
             share_buffer(id, root);
@@ -262,17 +263,18 @@ private:
         return step_.outputs[i];
     }
 
-    // Input 0's buffer may be overwritten when nothing reads it after this step.
-    bool can_reuse_input0(size_t bytes) const {
-        if (step_.inputs.empty() || step_.inputs[0] < 0) return false;
-        int source = step_.inputs[0];
+    // Input `index`'s buffer may be overwritten when nothing reads it after this step.
+    bool can_reuse_input(size_t index, size_t bytes) const {
+        if (index >= step_.inputs.size() || step_.inputs[index] < 0) return false;
+        int source = step_.inputs[index];
         int root = ws_.root[source];
         if (root < 0) return false;  // a partition input or constant: not ours to overwrite
         if (graph_.values_[source].output >= 0) return false;
         if (ws_.buffer_last_use[root] != step_index_) return false;
-        for (size_t k = 1; k < step_.inputs.size(); ++k)
-            if (step_.inputs[k] >= 0 && ws_.root[step_.inputs[k]] == root) return false;  // read again by this step
-        return ws_.bytes[root] == bytes;
+        for (size_t k = 0; k < step_.inputs.size(); ++k)
+            if (k != index && step_.inputs[k] >= 0 && ws_.root[step_.inputs[k]] == root)
+                return false;  // read again by this step
+        return ws_.bytes[root] == bytes && ws_.tensors[source].data == ws_.buffer[root];
     }
 
     // Gives value `id` a buffer of its own: its place in the plan's arena, or the heap before there is a plan.

@@ -142,6 +142,11 @@ class Kernel {
 public:
     virtual ~Kernel() = default;
     virtual void compute(KernelContext& ctx) const = 0;
+    // An input whose buffer output 0 may take over when nothing reads it after this step and it has output 0's
+    // size, or -1 (KernelMemory::InPlaceInput0 says the same of input 0 for every kernel of a definition).  The
+    // kernel must read each element of that input before it writes the same element of output 0, and read nothing
+    // else of it.  Asked after the layouts are chosen.
+    virtual int in_place_input() const { return -1; }
 };
 
 // A kernel that can read or write the blocked channel layout (util/blocked_conv.h) besides NCHW.  When a graph is

@@ -2,8 +2,8 @@
 // blocked_layout.cc) give what the same graphs give in NCHW (TESSERA_CPU_BLOCKED_LAYOUT=0), whose kernels are
 // checked against plain references in the kernel tests: chains through fused sums and activations, elementwise
 // operators, a channel Concat, strided and padded convolutions, MaxPool, AveragePool, GlobalAveragePool and
-// BatchNormalization, and values that must stay NCHW (a graph output, a filter count that is not a multiple of
-// 16, a reader without blocked support).
+// BatchNormalization, a residual sum whose buffer the convolution writes over, and values that must stay NCHW (a
+// graph output, a filter count that is not a multiple of 16, a reader without blocked support).
 //
 // A depthwise convolution that takes over the pointwise one before it (plugins/cpu/producer_fusion.cc,
 // blocked_pointwise_depthwise2d) gives what the two give as separate steps (TESSERA_CPU_FUSE_PRODUCERS=0).
@@ -86,9 +86,16 @@ ModelBuilder chain_model() {
     b.node("GlobalAveragePool", {"r"}, {"y4"});  // and a pool whose output is NCHW
     conv(b, rng, "r", "t", 32, 16, 1, 1, 0);
     b.node("Softmax", {"t"}, {"y5"});  // a reader without blocked support: t stays NCHW
+    // A residual sum whose other operand dies there: the fused convolution writes over it (in_place_input).
+    conv(b, rng, "r", "shortcut", 32, 32, 1, 1, 0);
+    conv(b, rng, "r", "main", 32, 32, 3, 1, 1);
+    b.node("Add", {"main", "shortcut"}, {"joined"});
+    b.node("Relu", {"joined"}, {"joined_r"});
+    conv(b, rng, "joined_r", "y6", 32, 16, 1, 1, 0);
     b.output("y1", {2, 40, 6, 6}).output("y2", {2, 16, 2, 2}).output("y3", {2, 16, 12, 12});
     b.output("y4", {2, 32, 1, 1});
     b.output("y5", {2, 16, 12, 12});
+    b.output("y6", {2, 16, 12, 12});
     return b;
 }
 
@@ -255,7 +262,7 @@ TEST(BlockedLayout, ConvolutionChainsGiveTheNchwResults) {
     std::mt19937 rng(11);
     const std::vector<float> x = random_floats(2 * 16 * 12 * 12, rng, 1.0f);
     const std::vector<int64_t> dims{2, 16, 12, 12};
-    expect_same_outputs(run_model(b, dims, x, 5, false), run_model(b, dims, x, 5, true), 5);
+    expect_same_outputs(run_model(b, dims, x, 6, false), run_model(b, dims, x, 6, true), 6);
 }
 
 TEST(ConcatInPlace, GivesWhatCopyingGivesInEitherLayout) {

@@ -250,6 +250,10 @@ public:
         const int64_t bytes = packed_shape_[0] * declared_->input_size() * static_cast<int64_t>(sizeof(float));
         return bytes >= kFusedPointwiseMinBytes;
     }
+    // A blocked output may take over the sum's buffer (ResNet's residual): every blocked kernel adds the sum of a
+    // position to that position's result just before storing it, so the two tensors share their cache lines.
+    int in_place_input() const override { return epilogue_.has_sum && layout_.y_blocked && !absorbed_ ? 3 : -1; }
+
     void absorb(size_t, std::unique_ptr<Kernel> producer, size_t first_producer_input) override {
         absorbed_.reset(static_cast<ConvKernel*>(producer.release()));
         absorbed_inputs_ = first_producer_input;
