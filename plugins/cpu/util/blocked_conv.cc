@@ -263,7 +263,10 @@ void blocked_conv2d(ThreadPool& pool, const WindowGeometry& g, const LanePackedF
     const int64_t threads = pool.size();
     const int64_t wanted = (4 * threads + panels - 1) / panels;
     const int64_t tiles = (P + tile_height - 1) / tile_height;
-    const int64_t bands = std::min(tiles, (wanted + threads - 1) / threads * threads);
+    // Few positions and panels enough for every thread: split by panels alone, so that each panel's weights are
+    // read by one thread and reused by all the positions (ResNet-50's 7x7 layers at 2 threads).
+    const bool panels_only = tiles <= 16 && panels >= 2 * threads && panels % threads == 0;
+    const int64_t bands = panels_only ? 1 : std::min(tiles, (wanted + threads - 1) / threads * threads);
     const bool bands_outer = panels <= 2 * threads;
     const size_t panel_bytes = static_cast<size_t>(depth * width) * sizeof(float);
     // Steps per slice of a deep panel (see the tiles' loop): a slice of the weights that fits L1 beside the inputs.
