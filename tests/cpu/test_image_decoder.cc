@@ -1,4 +1,4 @@
-// Tests of kernels/image_decoder.cc beyond the conformance cases: a small image in every format decodes to the
+// Tests of kernels/image/image_decoder.cc beyond the conformance cases: a small image in every format decodes to the
 // pixels it encodes, in every pixel format; malformed input (truncated streams, garbage after a valid signature,
 // corrupted bytes) never crashes or reads out of bounds and gives the spec's empty (0, 0, C) output where the
 // stream cannot be decoded; a badly shaped input or an unknown pixel_format is a KernelError.

@@ -1,4 +1,4 @@
-// Tests of kernels/math_ops.cc, misc_ops.cc and ml_ops.cc beyond what the ONNX conformance cases cover: Einsum
+// Tests of kernels/math/math_ops.cc, misc_ops.cc and ml_ops.cc beyond what the ONNX conformance cases cover: Einsum
 // against a naive sum over every label assignment, Unique on strings and along an axis, TensorScatter's circular
 // mode, seeded random generators, LabelEncoder NaN keys and TreeEnsemble validation.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
-// CPU provider: interpolation filters shared by the resampling kernels (Resize/Upsample in kernels/resize.cc,
-// GridSample in kernels/image.cc), and the rounding rule ONNX uses when an interpolated value is stored into an
+// CPU provider: interpolation filters shared by the resampling kernels (Resize/Upsample in kernels/image/resize.cc,
+// GridSample in kernels/image/image.cc), and the rounding rule ONNX uses when an interpolated value is stored into an
 // integer tensor.
 #pragma once
 

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "kernels/all_kernels.h"
-#include "kernels/conv_support.h"
+#include "kernels/nn/conv_support.h"
 #include "util/blocked_conv.h"
 #include "util/compute_cast.h"
 #include "util/conv_epilogue.h"

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "kernels/all_kernels.h"
-#include "kernels/conv_support.h"
+#include "kernels/nn/conv_support.h"
 #include "util/compute_cast.h"
 #include "util/gemm.h"
 #include "util/im2col.h"

@@ -1,4 +1,4 @@
-// CPU provider: transformer building blocks besides attention (kernels/attention.cc).
+// CPU provider: transformer building blocks besides attention (kernels/transformer/attention.cc).
 //   RotaryEmbedding (23), RMSNormalization (23), LinearAttention (27), CausalConvWithState (27).
 //
 // Every op computes in one precision: double when the inputs are double, float for float, float16 and bfloat16

@@ -15,7 +15,7 @@
 
 #include "host.h"
 #include "kernels/all_kernels.h"
-#include "kernels/quantize_support.h"
+#include "kernels/quantization/quantize_support.h"
 #include "util/axes.h"
 #include "util/element_convert.h"
 #include "util/type_list.h"
