@@ -6,9 +6,9 @@
 #include <new>
 #include <string>
 
-#include "allocator.h"
-#include "graph_executor.h"
-#include "host.h"
+#include "runtime/allocator.h"
+#include "runtime/graph_executor.h"
+#include "runtime/host.h"
 #include "kernels/all_kernels.h"
 #include "tessera/version.h"
 #include "util/gemm.h"

@@ -1,14 +1,14 @@
-// Graphs whose convolution chains the CPU provider holds in the blocked channel layout (plugins/cpu/
+// Graphs whose convolution chains the CPU provider holds in the blocked channel layout (plugins/cpu/runtime/
 // blocked_layout.cc) give what the same graphs give in NCHW (TESSERA_CPU_BLOCKED_LAYOUT=0), whose kernels are
 // checked against plain references in the kernel tests: chains through fused sums and activations, elementwise
 // operators, a channel Concat, strided and padded convolutions, MaxPool, AveragePool, GlobalAveragePool and
 // BatchNormalization, a residual sum whose buffer the convolution writes over, and values that must stay NCHW (a
 // graph output, a filter count that is not a multiple of 16, a reader without blocked support).
 //
-// A depthwise convolution that takes over the pointwise one before it (plugins/cpu/producer_fusion.cc,
+// A depthwise convolution that takes over the pointwise one before it (plugins/cpu/runtime/producer_fusion.cc,
 // blocked_pointwise_depthwise2d) gives what the two give as separate steps (TESSERA_CPU_FUSE_PRODUCERS=0).
 //
-// Concats whose inputs are written in place (plugins/cpu/concat_in_place.cc) give what copying Concats give
+// Concats whose inputs are written in place (plugins/cpu/runtime/concat_in_place.cc) give what copying Concats give
 // (TESSERA_CPU_CONCAT_IN_PLACE=0), in either layout: a dense block whose Concats nest, a fire module, an input read
 // again after its Concat, and the inputs that must be copied (a graph input, an input claimed by an earlier Concat
 // or listed twice, a slot that would start off a 64-byte boundary, an axis with more than one row before it, a

@@ -29,9 +29,9 @@
 #include <string>
 #include <vector>
 
-#include "host.h"
-#include "kernel.h"
-#include "thread_pool.h"
+#include "runtime/host.h"
+#include "runtime/kernel.h"
+#include "runtime/thread_pool.h"
 
 namespace tessera::cpu::testing {
 

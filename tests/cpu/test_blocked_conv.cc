@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kernel_harness.h"
-#include "thread_pool.h"
+#include "runtime/thread_pool.h"
 #include "util/blocked_conv.h"
 
 namespace tessera::cpu {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "host.h"
+#include "runtime/host.h"
 #include "kernel_harness.h"
 #include "kernels/all_kernels.h"
 #include "util/element_convert.h"

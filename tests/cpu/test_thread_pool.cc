@@ -14,7 +14,7 @@
 
 #include <gtest/gtest.h>
 
-#include "thread_pool.h"
+#include "runtime/thread_pool.h"
 
 // Sanitizer builds (clang spells it __has_feature, gcc __SANITIZE_*__).
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)

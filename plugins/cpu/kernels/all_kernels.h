@@ -3,7 +3,7 @@
 // function here and to register_all_kernels in registry.cc.
 #pragma once
 
-#include "kernel.h"
+#include "runtime/kernel.h"
 
 namespace tessera::cpu {
 

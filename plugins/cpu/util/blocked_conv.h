@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "thread_pool.h"
+#include "runtime/thread_pool.h"
 #include "util/conv_epilogue.h"
 #include "util/im2col.h"
 #include "util/lane_gemm.h"

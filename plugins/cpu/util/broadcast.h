@@ -26,7 +26,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kernel.h"
+#include "runtime/kernel.h"
 #include "util/vec_math.h"
 
 namespace tessera::cpu {

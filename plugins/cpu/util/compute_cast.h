@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernel.h"
-#include "thread_pool.h"
+#include "runtime/kernel.h"
+#include "runtime/thread_pool.h"
 #include "util/element_convert.h"
 
 namespace tessera::cpu {

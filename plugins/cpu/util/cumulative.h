@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "thread_pool.h"
+#include "runtime/thread_pool.h"
 #include "util/data_movement.h"
 #include "util/element_convert.h"
 #include "util/thread_scratch.h"

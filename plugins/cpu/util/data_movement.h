@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "host.h"
-#include "kernel.h"
+#include "runtime/host.h"
+#include "runtime/kernel.h"
 #include "util/float_formats.h"
 #include "util/values.h"
 

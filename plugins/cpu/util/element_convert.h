@@ -19,7 +19,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "kernel.h"
+#include "runtime/kernel.h"
 #include "util/float_formats.h"
 
 namespace tessera::cpu {

@@ -5,7 +5,7 @@
 #include <numbers>
 #include <string>
 
-#include "kernel.h"
+#include "runtime/kernel.h"
 
 namespace tessera::cpu {
 

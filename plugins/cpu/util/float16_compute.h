@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernel.h"
+#include "runtime/kernel.h"
 #include "util/float_formats.h"
 
 namespace tessera::cpu {

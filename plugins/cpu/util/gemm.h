@@ -14,8 +14,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernel.h"
-#include "thread_pool.h"
+#include "runtime/kernel.h"
+#include "runtime/thread_pool.h"
 
 namespace tessera::cpu {
 

@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kernel.h"
-#include "thread_pool.h"
+#include "runtime/kernel.h"
+#include "runtime/thread_pool.h"
 
 namespace tessera::cpu {
 

@@ -25,7 +25,7 @@
 #include <cstring>
 #include <string>
 
-#include "kernel.h"
+#include "runtime/kernel.h"
 #include "util/gemm.h"
 
 namespace tessera::cpu {

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "thread_pool.h"
+#include "runtime/thread_pool.h"
 
 namespace tessera::cpu {
 

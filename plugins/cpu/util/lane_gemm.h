@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "thread_pool.h"
+#include "runtime/thread_pool.h"
 #include "util/conv_epilogue.h"
 #include "util/gemm.h"
 

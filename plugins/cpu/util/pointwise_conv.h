@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "thread_pool.h"
+#include "runtime/thread_pool.h"
 #include "util/conv_epilogue.h"
 
 namespace tessera::cpu {

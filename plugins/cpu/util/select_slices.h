@@ -6,7 +6,7 @@
 #include <cstring>
 #include <span>
 
-#include "kernel.h"
+#include "runtime/kernel.h"
 #include "util/data_movement.h"
 
 namespace tessera::cpu {

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernel.h"
+#include "runtime/kernel.h"
 
 namespace tessera::cpu::values {
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "thread_pool.h"
+#include "runtime/thread_pool.h"
 #include "util/conv_epilogue.h"
 #include "util/im2col.h"
 

@@ -12,7 +12,7 @@
 #include <array>
 #include <cstdint>
 
-#include "thread_pool.h"
+#include "runtime/thread_pool.h"
 #include "util/conv_epilogue.h"
 #include "util/im2col.h"
 #include "util/lane_gemm.h"

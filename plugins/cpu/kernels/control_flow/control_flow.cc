@@ -4,10 +4,10 @@
 #include <limits>
 #include <unordered_map>
 
-#include "graph_executor.h"
-#include "host.h"
+#include "runtime/graph_executor.h"
+#include "runtime/host.h"
 #include "kernels/all_kernels.h"
-#include "subgraph_body.h"
+#include "runtime/subgraph_body.h"
 
 namespace tessera::cpu {
 

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "host.h"
+#include "runtime/host.h"
 #include "kernels/all_kernels.h"
 #include "util/axes.h"
 #include "util/data_movement.h"

@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "host.h"
+#include "runtime/host.h"
 #include "kernels/all_kernels.h"
 #include "util/compute_cast.h"
 #include "util/data_movement.h"

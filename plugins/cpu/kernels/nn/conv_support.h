@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kernel.h"
+#include "runtime/kernel.h"
 #include "util/float16_compute.h"
 #include "util/gemm.h"
 #include "util/thread_scratch.h"

@@ -3,7 +3,7 @@
 #include <optional>
 #include <string>
 
-#include "host.h"
+#include "runtime/host.h"
 #include "kernels/all_kernels.h"
 #include "util/compute_cast.h"
 #include "util/conv_epilogue.h"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kernel.h"
+#include "runtime/kernel.h"
 #include "util/element_convert.h"
 
 namespace tessera::cpu::quant {

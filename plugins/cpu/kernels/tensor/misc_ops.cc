@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "host.h"
+#include "runtime/host.h"
 #include "kernels/all_kernels.h"
 #include "util/axes.h"
 #include "util/compute_cast.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "host.h"
+#include "runtime/host.h"
 #include "kernels/all_kernels.h"
 #include "util/axes.h"
 #include "util/broadcast.h"

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "host.h"
+#include "runtime/host.h"
 #include "kernels/all_kernels.h"
-#include "subgraph_body.h"
+#include "runtime/subgraph_body.h"
 #include "util/axes.h"
 #include "util/compute_cast.h"
 #include "util/gemm.h"

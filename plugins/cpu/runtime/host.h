@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernel.h"
+#include "runtime/kernel.h"
 
 namespace tessera::cpu {
 

@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "memory_budget.h"
+#include "runtime/memory_budget.h"
 
 namespace tessera::cpu {
 

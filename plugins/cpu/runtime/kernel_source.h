@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kernel.h"
+#include "runtime/kernel.h"
 #include "tessera/custom_op.h"
 
 namespace tessera::cpu {

@@ -1,4 +1,4 @@
-#include "graph_executor.h"
+#include "runtime/graph_executor.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -6,7 +6,7 @@
 #include <ctime>
 #include <unordered_map>
 
-#include "host.h"
+#include "runtime/host.h"
 
 namespace tessera::cpu {
 

@@ -1,4 +1,4 @@
-#include "allocator.h"
+#include "runtime/allocator.h"
 
 #include <cstdlib>
 #include <new>

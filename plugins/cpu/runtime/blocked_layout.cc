@@ -9,7 +9,7 @@
 #include <numeric>
 #include <string_view>
 
-#include "graph_executor.h"
+#include "runtime/graph_executor.h"
 #include "util/blocked_conv.h"
 
 namespace tessera::cpu {

@@ -1,10 +1,10 @@
-#include "kernel.h"
+#include "runtime/kernel.h"
 
 #include <algorithm>
 #include <limits>
 #include <sstream>
 
-#include "host.h"
+#include "runtime/host.h"
 
 namespace tessera::cpu {
 

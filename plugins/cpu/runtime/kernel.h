@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "tessera/provider.h"
-#include "thread_pool.h"
+#include "runtime/thread_pool.h"
 
 namespace tessera::cpu {
 

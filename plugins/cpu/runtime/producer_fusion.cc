@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "graph_executor.h"
+#include "runtime/graph_executor.h"
 
 namespace tessera::cpu {
 

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string_view>
 
-#include "graph_executor.h"
+#include "runtime/graph_executor.h"
 #include "util/data_movement.h"
 
 namespace tessera::cpu {

@@ -1,4 +1,4 @@
-#include "thread_pool.h"
+#include "runtime/thread_pool.h"
 
 #include <immintrin.h>
 

@@ -8,8 +8,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "graph_executor.h"
-#include "kernel.h"
+#include "runtime/graph_executor.h"
+#include "runtime/kernel.h"
 
 namespace tessera::cpu {
 

@@ -1,4 +1,4 @@
-#include "host.h"
+#include "runtime/host.h"
 
 #include <cstring>
 #include <vector>

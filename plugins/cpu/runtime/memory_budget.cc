@@ -1,4 +1,4 @@
-#include "memory_budget.h"
+#include "runtime/memory_budget.h"
 
 #include <malloc.h>
 

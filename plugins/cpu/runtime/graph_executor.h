@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "memory_budget.h"
-#include "kernel.h"
-#include "kernel_source.h"
+#include "runtime/memory_budget.h"
+#include "runtime/kernel.h"
+#include "runtime/kernel_source.h"
 
 namespace tessera::cpu {
 

@@ -1,9 +1,9 @@
-#include "kernel_source.h"
+#include "runtime/kernel_source.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "host.h"
+#include "runtime/host.h"
 
 namespace tessera::cpu {
 
