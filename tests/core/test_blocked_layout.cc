@@ -5,8 +5,9 @@
 // BatchNormalization, a residual sum whose buffer the convolution writes over, and values that must stay NCHW (a
 // graph output, a filter count that is not a multiple of 16, a reader without blocked support).
 //
-// A depthwise convolution that takes over the pointwise one before it (plugins/cpu/runtime/producer_fusion.cc,
-// blocked_pointwise_depthwise2d) gives what the two give as separate steps (TESSERA_CPU_FUSE_PRODUCERS=0).
+// A depthwise convolution that takes over the pointwise one before it, and a MaxPool that takes over a network's
+// first convolution (plugins/cpu/runtime/producer_fusion.cc, blocked_conv_window2d), give what the two give as
+// separate steps (TESSERA_CPU_FUSE_PRODUCERS=0).
 //
 // Concats whose inputs are written in place (plugins/cpu/runtime/concat_in_place.cc) give what copying Concats give
 // (TESSERA_CPU_CONCAT_IN_PLACE=0), in either layout: a dense block whose Concats nest, a fire module, an input read
@@ -255,6 +256,30 @@ ModelBuilder expansion_model() {
     return b;
 }
 
+// Network stems whose first convolution's output (1 MB and up) the MaxPool after it takes over: ResNet's 7x7
+// stride-2 padded one and SqueezeNet's unpadded 3x3 stride-2 one, each with a padded or an unpadded pool.
+ModelBuilder stem_model() {
+    std::mt19937 rng(9);
+    ModelBuilder b;
+    b.input("x", {1, 3, 132, 132});
+    auto max_pool = [&](const std::string& x, const std::string& y, int64_t pad) {
+        auto& n = b.node("MaxPool", {x}, {y});
+        set_ints(n, "kernel_shape", {3, 3});
+        set_ints(n, "strides", {2, 2});
+        set_ints(n, "pads", {pad, pad, pad, pad});
+    };
+    conv(b, rng, "x", "c7", 3, 64, 7, 2, 3);  // [1, 64, 66, 66]: 1.1 MB
+    b.node("Relu", {"c7"}, {"c7r"});
+    max_pool("c7r", "p7", 1);
+    conv(b, rng, "p7", "y0", 64, 16, 1, 1, 0);
+    conv(b, rng, "x", "c3", 3, 64, 3, 2, 0);  // [1, 64, 65, 65]
+    b.node("Relu", {"c3"}, {"c3r"});
+    max_pool("c3r", "p3", 0);
+    conv(b, rng, "p3", "y1", 64, 16, 1, 1, 0);
+    b.output("y0", {1, 16, 33, 33}).output("y1", {1, 16, 32, 32});
+    return b;
+}
+
 }  // namespace
 
 TEST(BlockedLayout, ConvolutionChainsGiveTheNchwResults) {
@@ -281,4 +306,12 @@ TEST(ProducerFusion, ExpansionsTakenOverGiveWhatSeparateStepsGive) {
     const std::vector<int64_t> dims{1, 16, 58, 58};
     const std::vector<float> x = random_floats(16 * 58 * 58, rng, 1.0f);
     expect_same_outputs(run_model(b, dims, x, 1, true, true, false), run_model(b, dims, x, 1, true), 1);
+}
+
+TEST(ProducerFusion, StemConvolutionsTakenOverByTheirMaxPoolGiveWhatSeparateStepsGive) {
+    const ModelBuilder b = stem_model();
+    std::mt19937 rng(19);
+    const std::vector<int64_t> dims{1, 3, 132, 132};
+    const std::vector<float> x = random_floats(3 * 132 * 132, rng, 1.0f);
+    expect_same_outputs(run_model(b, dims, x, 2, true, true, false), run_model(b, dims, x, 2, true), 2);
 }

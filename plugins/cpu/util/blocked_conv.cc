@@ -146,7 +146,7 @@ struct Geometry {
     int64_t C, H, W, Hp, Wp, OH, OW, KH, KW, SH, SW, DH, DW, PT, PL;
     bool padded;
     // The depthwise loops read image row ih at x + row_slot(ih) * W * 16: row ih itself, or for a band of rows held
-    // in a ring of ring_rows rows (blocked_pointwise_depthwise2d), slot ih % ring_rows.
+    // in a ring of ring_rows rows (blocked_conv_window2d), slot ih % ring_rows.
     int64_t ring_rows;
     int64_t row_slot(int64_t ih) const { return ring_rows > 0 ? ih % ring_rows : ih; }
 };
@@ -524,42 +524,57 @@ void blocked_max_pool2d(ThreadPool& pool, const WindowGeometry& g, int64_t N, in
 
 // The ring's size: MobileNetV2's fused layers measured 15-20% slower with 64 or 128 KB (fewer output rows a step)
 // and no faster with 512 KB.
-constexpr int64_t kPointwiseRingBytes = int64_t(256) << 10;
+constexpr int64_t kProducerRingBytes = int64_t(256) << 10;
 
-void blocked_pointwise_depthwise2d(ThreadPool& pool, const BlockedPointwiseStage& pw, const WindowGeometry& g,
-                                   const float* packed_w, const float* bias, const ConvEpilogue* epilogue,
-                                   int64_t N, const float* x, float* y) {
+void blocked_conv_window2d(ThreadPool& pool, const BlockedProducerConv& producer, const WindowGeometry& g,
+                           const float* packed_w, const float* bias, const ConvEpilogue* epilogue, int64_t N,
+                           const float* x, float* y) {
     if (epilogue != nullptr && !epilogue->active()) epilogue = nullptr;
-    const ConvEpilogue* pw_epilogue = pw.epilogue != nullptr && pw.epilogue->active() ? pw.epilogue : nullptr;
-    const LanePackedFilters& filters = *pw.filters;
-    const int64_t M = filters.rows(), C = pw.channels, width = filters.panel_width();
+    const ConvEpilogue* conv_epilogue =
+        producer.epilogue != nullptr && producer.epilogue->active() ? producer.epilogue : nullptr;
+    const bool max = packed_w == nullptr;
+    const LanePackedFilters& filters = *producer.filters;
+    const int64_t M = filters.rows(), C = producer.channels, width = filters.panel_width();
+    const Geometry qc = geometry_of(producer.g, C);  // the convolution's; its output is the window's input
     const Geometry q = geometry_of(g, M);
     const bool vector_act = epilogue == nullptr || vector_activation(*epilogue);
-    const int64_t blocks = M / kChannelBlock, taps = q.KH * q.KW, plane = q.H * q.W;
-    const int64_t e = pw.x_blocked ? kChannelBlock : 1;
-    const std::pair<const PositionTileFn*, int64_t> tiles_of_width = tiles_for(width, e);
+    const int64_t blocks = M / kChannelBlock, taps = q.KH * q.KW, depth = C * qc.KH * qc.KW;
+    const int64_t e = producer.x_blocked ? kChannelBlock : 1;
+    // A 1x1 stride-1 unpadded convolution reads its positions one after another (one-address tiles).
+    const bool contiguous = qc.KH == 1 && qc.KW == 1 && qc.SH == 1 && qc.SW == 1 && !qc.padded;
+    const std::pair<const PositionTileFn*, int64_t> tiles_of_width = tiles_for(width, contiguous ? e : 0);
     const PositionTileFn* tile_fns = tiles_of_width.first;
     const int64_t tile_height = tiles_of_width.second;
 
-    // Step c of the pointwise filters reads channel c of a position at a fixed offset from its address.
-    int64_t* offsets = thread_scratch_buffer<int64_t, 11>(C);
-    for (int64_t c = 0; c < C; ++c)
-        offsets[c] = pw.x_blocked ? (c / kChannelBlock) * plane * kChannelBlock + c % kChannelBlock : c * plane;
+    // Step k = (c, kh, kw) of the filters reads its input at a fixed offset from each position's address.
+    int64_t* offsets = thread_scratch_buffer<int64_t, 11>(depth);
+    for (int64_t c = 0, k = 0; c < C; ++c) {
+        const int64_t channel = producer.x_blocked
+                                    ? (c / kChannelBlock) * qc.Hp * qc.Wp * kChannelBlock + c % kChannelBlock
+                                    : c * qc.Hp * qc.Wp;
+        for (int64_t i = 0; i < qc.KH; ++i)
+            for (int64_t j = 0; j < qc.KW; ++j) offsets[k++] = channel + (i * qc.DH * qc.Wp + j * qc.DW) * e;
+    }
+    float* padded = qc.padded ? thread_scratch_buffer<float, 11>(C * qc.Hp * qc.Wp) : nullptr;
 
-    // Each thread takes a run of output rows and walks it a few at a time, keeping the pointwise rows they read in
-    // a ring (rows shared with the previous step stay; new ones replace those no longer read) small enough to stay
-    // in L2 beside the filters.
+    // Each thread takes a run of output rows and walks it a few at a time, keeping the convolution's rows they read
+    // in a ring (rows shared with the previous step stay; new ones replace those no longer read) small enough to
+    // stay in L2 beside the filters.
     const int64_t row_bytes = blocks * q.W * kChannelBlock * static_cast<int64_t>(sizeof(float));
     auto rows_in = [&](int64_t out_rows) { return (out_rows - 1) * q.SH + (q.KH - 1) * q.DH + 1; };
     int64_t step_rows = 1;
-    while (step_rows < q.OH && rows_in(step_rows + 1) * row_bytes <= kPointwiseRingBytes) ++step_rows;
+    while (step_rows < q.OH && rows_in(step_rows + 1) * row_bytes <= kProducerRingBytes) ++step_rows;
     Geometry ring = q;
     ring.ring_rows = rows_in(step_rows);
     const int64_t block_floats = ring.ring_rows * q.W * kChannelBlock;  // one channel block's ring
     const int64_t parts = std::min<int64_t>(q.OH, pool.size());
 
     for (int64_t n = 0; n < N; ++n) {
-        const float* image = x + n * C * plane;
+        const float* image = x + n * C * qc.H * qc.W;
+        if (padded != nullptr) {
+            pad_image(pool, qc, image, producer.x_blocked, padded);
+            image = padded;
+        }
         float* y_image = y + n * M * q.OH * q.OW;
         pool.parallel_for(parts, 1, [&](int64_t first, int64_t last) {
             // Whole cache lines per position: a store split across two lines costs two.
@@ -568,22 +583,23 @@ void blocked_pointwise_depthwise2d(ThreadPool& pool, const BlockedPointwiseStage
             const float* xs[kMaxTileRows];
             float* outs[kMaxTileRows];
             for (int64_t part = first; part < last; ++part) {
-                int64_t made_end = 0;  // pointwise rows before this one are made (or not needed again)
+                int64_t made_end = 0;  // convolution rows before this one are made (or not needed again)
                 for (int64_t o0 = band_begin(q.OH, parts, part), o_end = band_begin(q.OH, parts, part + 1);
                      o0 < o_end; o0 += step_rows) {
                     const int64_t o1 = std::min(o_end, o0 + step_rows);
                     const int64_t need_begin = std::clamp<int64_t>(o0 * q.SH - q.PT, 0, q.H);
                     const int64_t need_end = std::clamp<int64_t>(o0 * q.SH - q.PT + rows_in(o1 - o0), need_begin, q.H);
-                    // The pointwise convolution of the rows not yet made, every filter panel.
+                    // The convolution of the rows not yet made, every filter panel.
                     const int64_t j_begin = std::max(need_begin, made_end) * q.W, j_end = need_end * q.W;
                     for (int64_t p = 0; p < filters.panels(); ++p) {
                         const int64_t m0 = p * width, live = std::min(width, M - m0);
                         std::fill(panel_bias, panel_bias + kLanePanelWidth, 0.0f);
-                        if (pw.bias != nullptr) std::copy(pw.bias + m0, pw.bias + m0 + live, panel_bias);
+                        if (producer.bias != nullptr) std::copy(producer.bias + m0, producer.bias + m0 + live, panel_bias);
                         float* panel_rows = rows + (m0 / kChannelBlock) * block_floats;
-                        // Position j's place in the ring, stepped along (no division per position).
-                        float* row_out = panel_rows + ring.row_slot(j_begin / q.W) * q.W * kChannelBlock;
+                        // Position j's row and column, and its place in the ring, stepped along (no division per
+                        // position).
                         int64_t ih = j_begin / q.W, iw = 0;
+                        float* row_out = panel_rows + ring.row_slot(ih) * q.W * kChannelBlock;
                         for (int64_t j0 = j_begin; j0 < j_end; j0 += tile_height) {
                             const int64_t count = std::min(tile_height, j_end - j0);
                             xs[0] = image + j0 * e;
@@ -592,19 +608,26 @@ void blocked_pointwise_depthwise2d(ThreadPool& pool, const BlockedPointwiseStage
                                     iw = 0;
                                     row_out = panel_rows + ring.row_slot(++ih) * q.W * kChannelBlock;
                                 }
+                                if (!contiguous) xs[r] = image + (ih * qc.SH * qc.Wp + iw * qc.SW) * e;
                                 outs[r] = row_out + iw * kChannelBlock;
                             }
-                            const TileOutput to{outs, nullptr, block_floats, int(live / kChannelBlock), pw_epilogue,
+                            const TileOutput to{outs, nullptr, block_floats, int(live / kChannelBlock), conv_epilogue,
                                                 nullptr, 0};
-                            tile_fns[count - 1](C, filters.panel(p), xs, offsets, panel_bias, to);
+                            tile_fns[count - 1](depth, filters.panel(p), xs, offsets, panel_bias, to);
                         }
                     }
                     made_end = std::max(made_end, need_end);
-                    // The depthwise convolution of output rows [o0, o1) from them.
+                    // The window operation on output rows [o0, o1) from them.
                     for (int64_t b = 0; b < blocks; ++b) {
-                        depthwise_rows<false>(ring, rows + b * block_floats, packed_w + b * taps * kChannelBlock,
-                                              bias != nullptr ? bias + b * kChannelBlock : nullptr, epilogue,
-                                              vector_act, nullptr, y_image + b * q.OH * q.OW * kChannelBlock, o0, o1);
+                        float* y_block = y_image + b * q.OH * q.OW * kChannelBlock;
+                        if (max) {
+                            depthwise_rows<true>(ring, rows + b * block_floats, nullptr, nullptr, nullptr, true,
+                                                 nullptr, y_block, o0, o1);
+                        } else {
+                            depthwise_rows<false>(ring, rows + b * block_floats, packed_w + b * taps * kChannelBlock,
+                                                  bias != nullptr ? bias + b * kChannelBlock : nullptr, epilogue,
+                                                  vector_act, nullptr, y_block, o0, o1);
+                        }
                     }
                 }
             }

@@ -13,8 +13,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "runtime/kernel.h"
 #include "runtime/thread_pool.h"
 #include "util/conv_epilogue.h"
 #include "util/im2col.h"
@@ -75,25 +77,45 @@ std::vector<float> pack_blocked_depthwise(const float* w, int64_t C, int64_t tap
 void blocked_depthwise2d(ThreadPool& pool, const WindowGeometry& g, const float* packed_w, int64_t N, int64_t C,
                          const float* x, const float* bias, const ConvEpilogue* epilogue, const float* z, float* y);
 
-// The pointwise convolution feeding a depthwise one in blocked_pointwise_depthwise2d: 1x1, unit strides, no
-// padding, one group; filters packed by blocked_panel_width, bias (or NULL) and an epilogue with no sum whose
-// activation is a vector one (vector_activation), over `channels` input channels, X blocked or NCHW.
-struct BlockedPointwiseStage {
+// The convolution feeding a window operation in blocked_conv_window2d: 2-D, one group, filters packed by
+// blocked_panel_width, bias (or NULL) and an epilogue with no sum whose activation is a vector one
+// (vector_activation), over `channels` input channels, X blocked or NCHW.
+struct BlockedProducerConv {
     const LanePackedFilters* filters;
+    WindowGeometry g;  // its geometry; its output is the window operation's input
     int64_t channels;
     bool x_blocked;
     const float* bias;
     const ConvEpilogue* epilogue;
 };
 
-// Y = blocked_depthwise2d(pointwise(X)) without the pointwise output ever leaving the cache: each thread takes a
-// run of output rows and, a few rows at a time, computes the pointwise rows they read into a scratch buffer and the
-// depthwise rows from there (MobileNetV2's expansions, whose outputs are the network's largest tensors).  g, W,
-// bias and epilogue describe the depthwise convolution as for blocked_depthwise2d, with no sum; Y blocked.
-// Splits the work across the pool; call it outside any parallel region.
-void blocked_pointwise_depthwise2d(ThreadPool& pool, const BlockedPointwiseStage& pw, const WindowGeometry& g,
-                                   const float* packed_w, const float* bias, const ConvEpilogue* epilogue,
-                                   int64_t N, const float* x, float* y);
+// Convolution outputs from this size up are computed by the window operation reading them, when it can take the
+// convolution over: MobileNetV2's 112x112 and 56x56 expansions (4.8 and 1.8 MB); smaller ones stay in L2 anyway
+// and split better across threads as two steps.
+constexpr int64_t kTakenOverMinBytes = int64_t(1) << 20;
+
+// A convolution that another kernel can take over (ProducerFusingKernel) by computing its output rows itself.
+class BlockedConvSource {
+public:
+    virtual ~BlockedConvSource() = default;
+    // The geometry the model declares for it when it can be taken over (a blocked output, no sum, a vector
+    // activation), else nullopt; and its filter count.
+    virtual std::optional<WindowGeometry> blocked_source_geometry() const = 0;
+    virtual int64_t blocked_source_filters() const = 0;
+    // What blocked_conv_window2d needs of it for a run whose X (its input 0) is the taker's input `first_input`,
+    // its other inputs following in order.  Checks X; the result refers to the kernel and the run's inputs.
+    virtual BlockedProducerConv blocked_source(const KernelContext& ctx, size_t first_input) const = 0;
+};
+
+// Y = window(conv(X)) without the convolution's output ever leaving the cache: each thread takes a run of output
+// rows and, a few rows at a time, computes the convolution rows they read into a ring buffer and the window
+// operation's rows from there.  The window operation is blocked_depthwise2d with g, packed_w, bias and epilogue (no
+// sum), or with packed_w NULL, blocked_max_pool2d with g.  Y blocked.  MobileNetV2's expansions into its depthwise
+// convolutions, and a first convolution into its MaxPool (SqueezeNet, ResNet), whose outputs are the networks'
+// largest tensors.  Splits the work across the pool; call it outside any parallel region.
+void blocked_conv_window2d(ThreadPool& pool, const BlockedProducerConv& producer, const WindowGeometry& g,
+                           const float* packed_w, const float* bias, const ConvEpilogue* epilogue, int64_t N,
+                           const float* x, float* y);
 
 // MaxPool from a blocked X to a blocked Y (C a multiple of 16), on the depthwise kernel's loops; every window must
 // hold at least one element of the image.  Splits the work across the pool.  (An AveragePool whose windows all lie

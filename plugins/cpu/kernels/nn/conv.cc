@@ -186,7 +186,10 @@ void depthwise_conv2d(ThreadPool& pool, const WindowGeometry& g, const T* x, con
     });
 }
 
-class ConvKernel final : public ConvKernelBase, public BlockedLayoutKernel, public ProducerFusingKernel {
+class ConvKernel final : public ConvKernelBase,
+                         public BlockedLayoutKernel,
+                         public ProducerFusingKernel,
+                         public BlockedConvSource {
 public:
     explicit ConvKernel(const NodeInfo& info) : ConvKernelBase(info), epilogue_(ConvEpilogue::parse(info)) {
         // Constant float filters are packed once for the packed-filter products; the plain copy is then dropped
@@ -236,27 +239,47 @@ public:
     }
 
     // A blocked depthwise convolution takes over the blocked pointwise one feeding it, when the tensor between
-    // them is large enough to leave the cache (blocked_pointwise_depthwise2d).
+    // them is large enough to leave the cache (blocked_conv_window2d).
     bool can_absorb(size_t input, const Kernel& producer) const override {
-        const auto* pw = dynamic_cast<const ConvKernel*>(&producer);
-        if (input != 0 || pw == nullptr || !depthwise_ || depthwise_filters_.empty() || epilogue_.has_sum ||
+        const auto* source = dynamic_cast<const BlockedConvSource*>(&producer);
+        if (input != 0 || source == nullptr || !depthwise_ || depthwise_filters_.empty() || epilogue_.has_sum ||
             !declared_ || declared_->rank() != 2)
             return false;
-        if (pw->lane_filters_.empty() || !pw->layout_.y_blocked || !pw->declared_ || !pw->declared_->is_pointwise() ||
-            pw->declared_->rank() != 2 || pw->epilogue_.has_sum ||
-            (pw->epilogue_.active() && !vector_activation(pw->epilogue_)) || pw->packed_shape_.empty() ||
-            pw->packed_shape_[0] != packed_shape_[0])
-            return false;
-        const int64_t bytes = packed_shape_[0] * declared_->input_size() * static_cast<int64_t>(sizeof(float));
-        return bytes >= kFusedPointwiseMinBytes;
+        const std::optional<WindowGeometry> g = source->blocked_source_geometry();
+        return g && g->is_pointwise() && source->blocked_source_filters() == packed_shape_[0] &&
+               packed_shape_[0] * declared_->input_size() * int64_t(sizeof(float)) >= kTakenOverMinBytes;
     }
     // A blocked output may take over the sum's buffer (ResNet's residual): every blocked kernel adds the sum of a
     // position to that position's result just before storing it, so the two tensors share their cache lines.
     int in_place_input() const override { return epilogue_.has_sum && layout_.y_blocked && !absorbed_ ? 3 : -1; }
 
     void absorb(size_t, std::unique_ptr<Kernel> producer, size_t first_producer_input) override {
-        absorbed_.reset(static_cast<ConvKernel*>(producer.release()));
+        absorbed_ = std::move(producer);
         absorbed_inputs_ = first_producer_input;
+    }
+
+    // As a convolution taken over by the kernel reading its output: a blocked one with packed lane filters, no sum
+    // and a vector activation.
+    std::optional<WindowGeometry> blocked_source_geometry() const override {
+        if (depthwise_ || lane_filters_.empty() || !layout_.y_blocked || !declared_ || declared_->rank() != 2 ||
+            epilogue_.has_sum || (epilogue_.active() && !vector_activation(epilogue_)) || absorbed_)
+            return std::nullopt;
+        return declared_;
+    }
+    int64_t blocked_source_filters() const override { return packed_shape_.empty() ? 0 : packed_shape_[0]; }
+    BlockedProducerConv blocked_source(const KernelContext& ctx, size_t first_input) const override {
+        const Tensor& X = ctx.input(first_input);
+        const int64_t M = packed_shape_[0], C = packed_shape_[1];
+        if (X.type != TESS_ELEMENT_FLOAT32 || X.rank() != 4 || X.shape[1] != C)
+            throw KernelError("Conv: X " + shape_string(X.shape) + " of the convolution taken over must be float [N, " +
+                              std::to_string(C) + ", H, W]");
+        const WindowGeometry g = resolve_window("Conv", attrs_, Shape(X.shape.begin() + 2, X.shape.end()),
+                                                Shape(packed_shape_.begin() + 2, packed_shape_.end()));
+        const Tensor* B = bias_ ? &bias_->tensor() : ctx.has_input(first_input + 2) ? &ctx.input(first_input + 2) : nullptr;
+        if (B != nullptr && (B->type != TESS_ELEMENT_FLOAT32 || B->rank() != 1 || B->shape[0] != M))
+            throw KernelError("Conv: B " + shape_string(B->shape) + " must be float [" + std::to_string(M) + "]");
+        return BlockedProducerConv{&lane_filters_, g, C, layout_.x_blocked, B != nullptr ? B->ptr<float>() : nullptr,
+                                   &epilogue_};
     }
 
     void compute(KernelContext& ctx) const override {
@@ -378,37 +401,24 @@ public:
     }
 
 private:
-    // Pointwise intermediates from this size up go through the fused kernel: MobileNetV2's 112x112 and 56x56
-    // expansions (4.8 and 1.8 MB); the smaller ones stay in L2 anyway and split better as two steps.
-    static constexpr int64_t kFusedPointwiseMinBytes = int64_t(1) << 20;
-
-    // The depthwise convolution of the pointwise convolution it took over (absorb): X is the pointwise input.
+    // The depthwise convolution of the convolution it took over (absorb): X is that convolution's input.
     void compute_with_pointwise(KernelContext& ctx) const {
-        const ConvKernel& pw = *absorbed_;
+        const BlockedProducerConv producer =
+            dynamic_cast<const BlockedConvSource&>(*absorbed_).blocked_source(ctx, absorbed_inputs_);
         const Tensor& X = ctx.input(absorbed_inputs_);
-        const int64_t M = packed_shape_[0], C = pw.packed_shape_[1];
-        if (X.type != TESS_ELEMENT_FLOAT32 || X.rank() != 4 || X.shape[1] != C)
-            throw KernelError("Conv: X " + shape_string(X.shape) + " of the pointwise convolution before it must be " +
-                              "float [N, " + std::to_string(C) + ", H, W]");
-        const Shape spatial(X.shape.begin() + 2, X.shape.end());
-        if (!resolve_window("Conv", pw.attrs_, spatial, {1, 1}).is_pointwise())
-            throw KernelError("Conv: the pointwise convolution before it is not pointwise for X " +
-                              shape_string(X.shape));
-        const WindowGeometry g = resolve_window("Conv", attrs_, spatial, Shape(packed_shape_.begin() + 2, packed_shape_.end()));
-        const Tensor* pw_bias = pw.bias_ ? &pw.bias_->tensor()
-                                         : ctx.has_input(absorbed_inputs_ + 2) ? &ctx.input(absorbed_inputs_ + 2) : nullptr;
+        const int64_t M = packed_shape_[0];
+        if (!producer.g.is_pointwise() || producer.g.rank() != 2)
+            throw KernelError("Conv: the convolution before it is not pointwise for X " + shape_string(X.shape));
+        const WindowGeometry g = resolve_window("Conv", attrs_, producer.g.output,
+                                                Shape(packed_shape_.begin() + 2, packed_shape_.end()));
         const Tensor* B = bias(ctx);
-        for (const Tensor* b : {pw_bias, B})
-            if (b != nullptr && (b->type != TESS_ELEMENT_FLOAT32 || b->rank() != 1 || b->shape[0] != M))
-                throw KernelError("Conv: B " + shape_string(b->shape) + " must be float [" + std::to_string(M) + "]");
+        if (B != nullptr && (B->type != TESS_ELEMENT_FLOAT32 || B->rank() != 1 || B->shape[0] != M))
+            throw KernelError("Conv: B " + shape_string(B->shape) + " must be float [" + std::to_string(M) + "]");
         const int64_t N = X.shape[0];
         Tensor& Y = ctx.output(0, X.type, Shape{N, M, g.output[0], g.output[1]});
         if (Y.size() == 0) return;
-        const BlockedPointwiseStage stage{&pw.lane_filters_, C, pw.layout_.x_blocked,
-                                          pw_bias != nullptr ? pw_bias->ptr<float>() : nullptr, &pw.epilogue_};
-        blocked_pointwise_depthwise2d(ctx.pool(), stage, g, depthwise_filters_.data(),
-                                      B != nullptr ? B->ptr<float>() : nullptr, &epilogue_, N, X.ptr<float>(),
-                                      Y.ptr<float>());
+        blocked_conv_window2d(ctx.pool(), producer, g, depthwise_filters_.data(), B != nullptr ? B->ptr<float>() : nullptr,
+                              &epilogue_, N, X.ptr<float>(), Y.ptr<float>());
     }
 
     // Packs the constant filters once, for the blocked layout's kernel or for the NCHW family the declared geometry
@@ -817,7 +827,7 @@ private:
     std::vector<float> depthwise_filters_;       // packed for it (pack_blocked_depthwise)
     BlockedConvLayout layout_;                   // what set_layout chose
     ConvEpilogue epilogue_;                      // FusedConv's sum and activation (none for Conv)
-    std::unique_ptr<ConvKernel> absorbed_;       // the pointwise convolution this depthwise one took over
+    std::unique_ptr<Kernel> absorbed_;           // the pointwise convolution this depthwise one took over
     size_t absorbed_inputs_ = 0;                 // where its inputs start among this step's
 };
 

@@ -276,7 +276,7 @@ bool windows_inside(const WindowGeometry& g) {
     return true;
 }
 
-class PoolKernel final : public Kernel, public BlockedLayoutKernel {
+class PoolKernel final : public Kernel, public BlockedLayoutKernel, public ProducerFusingKernel {
 public:
     PoolKernel(const NodeInfo& info, PoolKind kind) : op_(info.op_type()), attrs_(WindowAttributes::parse(info)) {
         options_.kind = kind;
@@ -314,7 +314,26 @@ public:
         x_blocked_ = !blocked_inputs.empty() && blocked_inputs[0];
     }
 
+    // A blocked MaxPool takes over the blocked convolution feeding it when that convolution's output is large
+    // (blocked_conv_window2d): SqueezeNet's and ResNet-50's first layers, whose 3 MB outputs then never reach memory.
+    bool can_absorb(size_t input, const Kernel& producer) const override {
+        const auto* source = dynamic_cast<const BlockedConvSource*>(&producer);
+        if (input != 0 || source == nullptr || options_.kind != PoolKind::Max || layout_ != PoolLayout::Windowed ||
+            !x_blocked_)
+            return false;
+        const std::optional<WindowGeometry> g = source->blocked_source_geometry();
+        return g && g->output_size() * source->blocked_source_filters() * int64_t(sizeof(float)) >= kTakenOverMinBytes;
+    }
+    void absorb(size_t, std::unique_ptr<Kernel> producer, size_t first_producer_input) override {
+        absorbed_ = std::move(producer);
+        absorbed_inputs_ = first_producer_input;
+    }
+
     void compute(KernelContext& ctx) const override {
+        if (absorbed_) {
+            compute_with_convolution(ctx);
+            return;
+        }
         const Tensor& X = ctx.input(0);
         if (X.rank() < 3 || X.rank() > 5) {
             throw KernelError(op_ + ": X " + shape_string(X.shape) +
@@ -402,9 +421,25 @@ private:
     std::string op_;
     WindowAttributes attrs_;
     PoolOptions options_{};
+    // The MaxPool of the convolution it took over (absorb): X is that convolution's input.
+    void compute_with_convolution(KernelContext& ctx) const {
+        const BlockedProducerConv producer =
+            dynamic_cast<const BlockedConvSource&>(*absorbed_).blocked_source(ctx, absorbed_inputs_);
+        const Tensor& X = ctx.input(absorbed_inputs_);
+        if (producer.g.rank() != 2) throw KernelError(op_ + ": the convolution before it is not 2-D");
+        const WindowGeometry g = resolve_window(op_, attrs_, producer.g.output, attrs_.kernel_shape);
+        const int64_t N = X.shape[0], M = producer.filters->rows();
+        if (PoolTables(Pool3(g)).any_empty) throw KernelError(op_ + ": a window with no element of its input");
+        Tensor& Y = ctx.output(0, X.type, Shape{N, M, g.output[0], g.output[1]});
+        if (Y.size() == 0) return;
+        blocked_conv_window2d(ctx.pool(), producer, g, nullptr, nullptr, nullptr, N, X.ptr<float>(), Y.ptr<float>());
+    }
+
     PoolLayout layout_ = PoolLayout::NchwOnly;
     std::vector<float> average_weights_;  // AveragePool in the blocked layout: C x window of 1 / window size
     bool x_blocked_ = false;              // set_layout
+    std::unique_ptr<Kernel> absorbed_;    // the convolution this MaxPool took over
+    size_t absorbed_inputs_ = 0;          // where its inputs start among this step's
 };
 
 // GlobalAveragePool, GlobalMaxPool, GlobalLpPool: one value per (n, c) plane.
