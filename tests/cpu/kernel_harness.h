@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <type_traits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -178,6 +179,23 @@ std::vector<T> values_of(const HarnessValue& v) {
 // ---- Host table -------------------------------------------------------------------------------------------
 
 // `count` floats drawn uniformly from [-1, 1): test data for the kernels' reference comparisons.
+// `count` values uniform in [lo, hi] from a generator seeded with `seed` (integers drawn as int, or int64_t for
+// 64-bit types).
+template <typename T>
+std::vector<T> random_values(int64_t count, uint32_t seed, double lo = -1.0, double hi = 1.0) {
+    std::mt19937 gen(seed);
+    std::vector<T> v(static_cast<size_t>(count));
+    if constexpr (std::is_floating_point_v<T>) {
+        std::uniform_real_distribution<double> dist(lo, hi);
+        for (auto& x : v) x = static_cast<T>(dist(gen));
+    } else {
+        using Draw = std::conditional_t<(sizeof(T) > 4), int64_t, int>;
+        std::uniform_int_distribution<Draw> dist(static_cast<Draw>(lo), static_cast<Draw>(hi));
+        for (auto& x : v) x = static_cast<T>(dist(gen));
+    }
+    return v;
+}
+
 inline std::vector<float> random_floats(size_t count, std::mt19937& rng) {
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     std::vector<float> v(count);

@@ -31,31 +31,11 @@ using testing::values_of;
 // ---- helpers -------------------------------------------------------------------------------------------------
 
 inline const KernelRegistry& registry() {
-    static const KernelRegistry r = [] {
-        KernelRegistry reg;
-        register_gemm_kernels(reg);
-        register_conv_kernels(reg);
-        register_conv_transpose_kernels(reg);
-        register_pool_kernels(reg);
-        register_normalization_kernels(reg);
-        return reg;
-    }();
-    return r;
+    return testing::registry_with<register_gemm_kernels, register_conv_kernels, register_conv_transpose_kernels,
+                                  register_pool_kernels, register_normalization_kernels>();
 }
 
-template <typename T>
-std::vector<T> random_values(int64_t count, uint32_t seed, double lo = -1.0, double hi = 1.0) {
-    std::mt19937 gen(seed);
-    std::vector<T> v(static_cast<size_t>(count));
-    if constexpr (std::is_floating_point_v<T>) {
-        std::uniform_real_distribution<double> dist(lo, hi);
-        for (auto& x : v) x = static_cast<T>(dist(gen));
-    } else {
-        std::uniform_int_distribution<int> dist(static_cast<int>(lo), static_cast<int>(hi));
-        for (auto& x : v) x = static_cast<T>(dist(gen));
-    }
-    return v;
-}
+using testing::random_values;
 
 template <typename T>
 void expect_near_all(const std::vector<T>& actual, const std::vector<double>& expected, double tolerance,

@@ -30,29 +30,14 @@ using testing::ValueHandle;
 using testing::values_of;
 
 const KernelRegistry& registry() {
-    static const KernelRegistry r = [] {
-        KernelRegistry reg;
-        register_elementwise_kernels(reg);
-        register_activation_kernels(reg);
-        register_softmax_kernels(reg);
-        register_reduce_kernels(reg);
-        return reg;
-    }();
-    return r;
+    return testing::registry_with<register_elementwise_kernels, register_activation_kernels, register_softmax_kernels,
+                                  register_reduce_kernels>();
 }
 
+// These tests draw from [-3, 3] unless told otherwise.
 template <typename T>
 std::vector<T> random_values(int64_t count, uint32_t seed, double lo = -3.0, double hi = 3.0) {
-    std::mt19937 gen(seed);
-    std::vector<T> v(static_cast<size_t>(count));
-    if constexpr (std::is_floating_point_v<T>) {
-        std::uniform_real_distribution<double> dist(lo, hi);
-        for (auto& x : v) x = static_cast<T>(dist(gen));
-    } else {
-        std::uniform_int_distribution<int64_t> dist(static_cast<int64_t>(lo), static_cast<int64_t>(hi));
-        for (auto& x : v) x = static_cast<T>(dist(gen));
-    }
-    return v;
+    return testing::random_values<T>(count, seed, lo, hi);
 }
 
 // Row-major strides of a shape.
