@@ -317,6 +317,37 @@ TEST(NormalizationOps, BatchNormInferenceAndTraining) {
     expect_near_all(values_of<float>(*outputs[2]), running_var, 1e-5, "running_var");
 }
 
+// Inference rounds its per-channel coefficients in float, one operation at a time, and applies them as a multiply
+// and an add, as onnxruntime does: a DynamicQuantizeLinear after a BatchNormalization turns any one-ulp difference
+// into other integers, so dynamically quantized CNNs need the same bits, not merely close values.
+TEST(NormalizationOps, BatchNormInferenceRoundsLikeOnnxruntime) {
+    const Shape shape{1, 32, 7, 9};
+    const auto x = random_values<float>(shape_size(shape), 41, -4.0, 4.0);
+    const auto scale = random_values<float>(32, 42, 0.5, 2.0), bias = random_values<float>(32, 43);
+    const auto mean = random_values<float>(32, 44), var = random_values<float>(32, 45, 0.1, 3.0);
+    const float epsilon = 1e-5f;
+    NodeBuilder node("BatchNormalization", 15);
+    for (int i = 0; i < 5; ++i) node.input(TESS_ELEMENT_FLOAT32);
+    node.output().attr_float("epsilon", epsilon);
+    const auto outputs = run_node(registry(), node,
+                                  {tensor<float>(shape, x), tensor<float>({32}, scale), tensor<float>({32}, bias),
+                                   tensor<float>({32}, mean), tensor<float>({32}, var)});
+    const std::vector<float> y = values_of<float>(*outputs[0]);
+    size_t mismatches = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+        const size_t c = i / 63;
+        // volatile: each step rounds to float on its own, never contracted into an FMA.
+        volatile float inv_std = 1.0f / std::sqrt(var[c] + epsilon);
+        volatile float a = inv_std * scale[c];
+        volatile float mean_a = mean[c] * a;
+        volatile float b = bias[c] - mean_a;
+        volatile float xa = x[i] * a;
+        const float expected = xa + b;
+        if (y[i] != expected) ++mismatches;
+    }
+    EXPECT_EQ(mismatches, 0u) << "of " << x.size() << " outputs";
+}
+
 TEST(NormalizationOps, InstanceAndGroupNorm) {
     const Shape shape{2, 4, 3, 5};
     const auto x = random_values<float>(shape_size(shape), 31);

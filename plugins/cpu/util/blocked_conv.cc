@@ -671,11 +671,14 @@ void blocked_plane_reduce(ThreadPool& pool, int64_t N, int64_t C, int64_t positi
 
 namespace {
 
-__attribute__((target("avx512f"))) void scale_shift_block(const float* x, int64_t positions, const float* a,
+// A multiply, then an add, rounding twice like the NCHW path (normalization.cc): blocked or not, a
+// BatchNormalization gives the same bits.  fp-contract=off keeps GCC from fusing the two back into an FMA.
+__attribute__((target("avx512f"), optimize("fp-contract=off"))) void scale_shift_block(const float* x, int64_t positions, const float* a,
                                                           const float* b, float* y) {
     const __m512 av = _mm512_loadu_ps(a), bv = _mm512_loadu_ps(b);
     for (int64_t p = 0; p < positions; ++p)
-        _mm512_storeu_ps(y + p * kChannelBlock, _mm512_fmadd_ps(_mm512_loadu_ps(x + p * kChannelBlock), av, bv));
+        _mm512_storeu_ps(y + p * kChannelBlock,
+                         _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(x + p * kChannelBlock), av), bv));
 }
 
 }  // namespace

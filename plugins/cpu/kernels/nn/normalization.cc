@@ -51,11 +51,26 @@ Moments moments(const T* x, int64_t count) {
     return m;
 }
 
-// y[i] = x[i] * a + b over one contiguous run.
+// y[i] = x[i] * a + b over one contiguous run: a multiply, then an add (this file is built for the baseline ISA,
+// which has no FMA to contract them into).
 template <typename T>
-void scale_shift(const T* x, T* y, int64_t count, double a, double b) {
-    const T ta = static_cast<T>(a), tb = static_cast<T>(b);
-    for (int64_t i = 0; i < count; ++i) y[i] = x[i] * ta + tb;
+void scale_shift(const T* x, T* y, int64_t count, T a, T b) {
+    for (int64_t i = 0; i < count; ++i) y[i] = x[i] * a + b;
+}
+
+// Inference BatchNormalization's per-channel y = x * a + b, with a = scale / sqrt(var + epsilon) and
+// b = bias - mean * a, rounded in T step by step as onnxruntime rounds them.  Computing them in double instead is no
+// more accurate where it matters and moves a third of the outputs by one ulp, which a following
+// DynamicQuantizeLinear turns into different integers: a dynamically quantized CNN then disagrees with
+// onnxruntime on most of its logits.
+template <typename T>
+void inference_scale_shift(const T* scale, const T* bias, const T* mean, const T* var, float epsilon, int64_t C,
+                           T* a, T* b) {
+    for (int64_t c = 0; c < C; ++c) {
+        const T inv_std = T(1) / std::sqrt(var[c] + static_cast<T>(epsilon));
+        a[c] = inv_std * scale[c];
+        b[c] = bias[c] - mean[c] * a[c];
+    }
 }
 
 int64_t plane_grain(int64_t plane) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, plane)); }
@@ -105,11 +120,7 @@ public:
             const float* bias = ctx.input(2).ptr<float>();
             const float* mean = ctx.input(3).ptr<float>();
             const float* var = ctx.input(4).ptr<float>();
-            for (int64_t c = 0; c < C; ++c) {
-                const double ac = scale[c] / std::sqrt(double(var[c]) + epsilon_);
-                a[c] = static_cast<float>(ac);
-                b[c] = static_cast<float>(bias[c] - mean[c] * ac);
-            }
+            inference_scale_shift(scale, bias, mean, var, epsilon_, C, a, b);
             blocked_scale_shift(ctx.pool(), N, C, plane, X.ptr<float>(), a, b, Y.ptr<float>());
             return;
         }
@@ -119,15 +130,20 @@ public:
             const T* mean = ctx.input(3).ptr<T>();
             const T* var = ctx.input(4).ptr<T>();
             // Per channel: y = x * a[c] + b[c].
-            std::vector<double> a(C), b(C), batch_mean(C), batch_var(C);
+            std::vector<T> a(C), b(C);
+            std::vector<double> batch_mean, batch_var;
             if (training_) {
+                // The batch statistics accumulate in double; the coefficients round once.
+                batch_mean.resize(C);
+                batch_var.resize(C);
                 batch_statistics(X.ptr<T>(), N, C, plane, batch_mean, batch_var, ctx.pool());
-            }
-            for (int64_t c = 0; c < C; ++c) {
-                const double m = training_ ? batch_mean[c] : mean[c];
-                const double v = training_ ? batch_var[c] : var[c];
-                a[c] = scale[c] / std::sqrt(v + epsilon_);
-                b[c] = bias[c] - m * a[c];
+                for (int64_t c = 0; c < C; ++c) {
+                    const double ac = scale[c] / std::sqrt(batch_var[c] + epsilon_);
+                    a[c] = static_cast<T>(ac);
+                    b[c] = static_cast<T>(bias[c] - batch_mean[c] * ac);
+                }
+            } else {
+                inference_scale_shift(scale, bias, mean, var, epsilon_, C, a.data(), b.data());
             }
             const T* x = X.ptr<T>();
             T* y = Y.ptr<T>();
@@ -234,7 +250,7 @@ public:
                         const int64_t param = per_group_params_ ? group : group * channels_per_group + k;
                         const double a = scale[param] * inv_std;
                         const int64_t offset = b * block + k * plane;
-                        scale_shift(x + offset, y + offset, plane, a, bias[param] - m.mean * a);
+                        scale_shift(x + offset, y + offset, plane, static_cast<T>(a), static_cast<T>(bias[param] - m.mean * a));
                     }
                 }
             });
