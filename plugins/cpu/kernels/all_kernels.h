@@ -1,5 +1,5 @@
 // CPU provider: one registration function per operator family (kernels/<group>/<family>.cc, the groups: math, nn,
-// tensor, control_flow, quantization, transformer, rnn, image, signal, ml, text, training).  A new family adds its
+// tensor, control_flow, quantization, transformer, rnn, image, signal, ml, text, training, contrib).  A new family adds its
 // function here and to register_all_kernels in registry.cc.
 #pragma once
 
@@ -37,6 +37,10 @@ void register_math_kernels(KernelRegistry& registry);          // kernels/math/m
 void register_misc_kernels(KernelRegistry& registry);          // kernels/tensor/misc_ops.cc: Unique, Compress, TfIdfVectorizer, random, ...
 void register_ml_kernels(KernelRegistry& registry);            // kernels/ml/ml_ops.cc: ai.onnx.ml (LabelEncoder, TreeEnsemble, ...)
 void register_training_kernels(KernelRegistry& registry);      // kernels/training/training_ops.cc: ai.onnx.preview.training optimizers
+// com.microsoft: the operators onnxruntime's quantization and transformer tools and its optimizer write.
+void register_contrib_quantized_matmul_kernels(KernelRegistry& registry);  // kernels/contrib/quantized_matmul.cc: MatMulIntegerToFloat, DynamicQuantizeMatMul, QGemm
+void register_contrib_quantized_elementwise_kernels(KernelRegistry& registry);  // kernels/contrib/quantized_elementwise.cc: QLinearAdd, QLinearMul, ...
+void register_contrib_matmul_nbits_kernels(KernelRegistry& registry);  // kernels/contrib/matmul_nbits.cc: MatMulNBits
 
 void register_all_kernels(KernelRegistry& registry);
 

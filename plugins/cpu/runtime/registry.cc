@@ -32,6 +32,9 @@ void register_all_kernels(KernelRegistry& registry) {
     register_misc_kernels(registry);
     register_ml_kernels(registry);
     register_training_kernels(registry);
+    register_contrib_quantized_matmul_kernels(registry);
+    register_contrib_quantized_elementwise_kernels(registry);
+    register_contrib_matmul_nbits_kernels(registry);
 }
 
 }  // namespace tessera::cpu

@@ -423,45 +423,57 @@ public:
     void compute(KernelContext& ctx) const override {
         const Tensor& x = ctx.input(0);
         if (x.type != TESS_ELEMENT_FLOAT32) throw_unsupported_type("DynamicQuantizeLinear x", x.type);
-        const float* data = x.ptr<float>();
-        const int64_t n = x.size();
-        const int64_t chunks = (n + kPiece * 8 - 1) / (kPiece * 8);
-        std::vector<float> chunk_min(static_cast<size_t>(chunks), 0.0f), chunk_max(static_cast<size_t>(chunks), 0.0f);
-        ctx.pool().parallel_for(chunks, 1, [&](int64_t first, int64_t last) {
-            for (int64_t c = first; c < last; ++c) {
-                const int64_t begin = c * kPiece * 8, end = std::min(n, (c + 1) * kPiece * 8);
-                vec::run_best_isa([&] {
-                    vec::Vf lo{}, hi{};  // the range always includes 0; padding lanes load as 0
-                    for (int64_t i = begin; i < end; i += vec::kLanes) {
-                        const vec::Vf v = vec::load_n(data + i, std::min<int64_t>(vec::kLanes, end - i));
-                        lo = vec::min(lo, v);
-                        hi = vec::max(hi, v);
-                    }
-                    chunk_min[c] = -vec::horizontal_max(-lo);
-                    chunk_max[c] = vec::horizontal_max(hi);
-                });
-            }
-        });
-        float lo = 0.0f, hi = 0.0f;
-        for (int64_t c = 0; c < chunks; ++c) {
-            lo = std::min(lo, chunk_min[c]);
-            hi = std::max(hi, chunk_max[c]);
-        }
-        const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
-        const float zero_point = std::nearbyint(std::clamp(0.0f - lo / scale, 0.0f, 255.0f));
-
-        QuantizeParams params;
-        params.scales = {scale};
-        params.zero_points = {zero_point};
-        params.output_type = TESS_ELEMENT_UINT8;
-        params.layout.inner = n;
         Tensor& y = ctx.output(0, TESS_ELEMENT_UINT8, x.shape);
-        quantize(ctx.pool(), x, params, y);
-        if (ctx.output_wanted(1)) ctx.output(1, TESS_ELEMENT_FLOAT32, {}).ptr<float>()[0] = scale;
-        if (ctx.output_wanted(2))
-            ctx.output(2, TESS_ELEMENT_UINT8, {}).ptr<uint8_t>()[0] = static_cast<uint8_t>(zero_point);
+        const DynamicQuantization q = dynamic_quantize_uint8(ctx.pool(), x, y);
+        if (ctx.output_wanted(1)) ctx.output(1, TESS_ELEMENT_FLOAT32, {}).ptr<float>()[0] = q.scale;
+        if (ctx.output_wanted(2)) ctx.output(2, TESS_ELEMENT_UINT8, {}).ptr<uint8_t>()[0] = q.zero_point;
     }
 };
+
+}  // namespace
+
+namespace quant {
+
+DynamicQuantization dynamic_quantize_uint8(ThreadPool& pool, const Tensor& x, Tensor& y) {
+    const float* data = x.ptr<float>();
+    const int64_t n = x.size();
+    const int64_t chunks = (n + kPiece * 8 - 1) / (kPiece * 8);
+    std::vector<float> chunk_min(static_cast<size_t>(chunks), 0.0f), chunk_max(static_cast<size_t>(chunks), 0.0f);
+    pool.parallel_for(chunks, 1, [&](int64_t first, int64_t last) {
+        for (int64_t c = first; c < last; ++c) {
+            const int64_t begin = c * kPiece * 8, end = std::min(n, (c + 1) * kPiece * 8);
+            vec::run_best_isa([&] {
+                vec::Vf lo{}, hi{};  // the range always includes 0; padding lanes load as 0
+                for (int64_t i = begin; i < end; i += vec::kLanes) {
+                    const vec::Vf v = vec::load_n(data + i, std::min<int64_t>(vec::kLanes, end - i));
+                    lo = vec::min(lo, v);
+                    hi = vec::max(hi, v);
+                }
+                chunk_min[c] = -vec::horizontal_max(-lo);
+                chunk_max[c] = vec::horizontal_max(hi);
+            });
+        }
+    });
+    float lo = 0.0f, hi = 0.0f;
+    for (int64_t c = 0; c < chunks; ++c) {
+        lo = std::min(lo, chunk_min[c]);
+        hi = std::max(hi, chunk_max[c]);
+    }
+    const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
+    const float zero_point = std::nearbyint(std::clamp(0.0f - lo / scale, 0.0f, 255.0f));
+
+    QuantizeParams params;
+    params.scales = {scale};
+    params.zero_points = {zero_point};
+    params.output_type = TESS_ELEMENT_UINT8;
+    params.layout.inner = n;
+    quantize(pool, x, params, y);
+    return {scale, static_cast<uint8_t>(zero_point)};
+}
+
+}  // namespace quant
+
+namespace {
 
 // ---- registration ----------------------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/host.h"
 #include "runtime/kernel.h"
 #include "util/element_convert.h"
 
@@ -66,5 +67,14 @@ inline float round_to(Precision p, float v) {
     }
     return v;
 }
+
+// DynamicQuantizeLinear's arithmetic: y (uint8, x's shape) = saturate(round(x / scale) + zero_point) with the scale
+// and zero point chosen from x's float range widened to include 0 (quantize.cc).  DynamicQuantizeMatMul
+// (kernels/contrib) quantizes its A the same way, as onnxruntime does.
+struct DynamicQuantization {
+    float scale;
+    uint8_t zero_point;
+};
+DynamicQuantization dynamic_quantize_uint8(ThreadPool& pool, const Tensor& x, Tensor& y);
 
 }  // namespace tessera::cpu::quant

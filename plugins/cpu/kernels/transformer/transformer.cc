@@ -1,5 +1,6 @@
 // CPU provider: transformer building blocks besides attention (kernels/transformer/attention.cc).
-//   RotaryEmbedding (23), RMSNormalization (23), LinearAttention (27), CausalConvWithState (27).
+//   RotaryEmbedding (23), RMSNormalization (23) and onnxruntime's SimplifiedLayerNormalization, LinearAttention
+//   (27), CausalConvWithState (27).
 //
 // Every op computes in one precision: double when the inputs are double, float for float, float16 and bfloat16
 // (converted on the way in and rounded on the way out, as the ONNX definitions do for their recurrences).  Where a
@@ -260,12 +261,20 @@ private:
         const C* in = xs.data();
         C* out = y.data();
         const C epsilon = static_cast<C>(epsilon_);
+        // SimplifiedLayerNormalization's optional inv_std_var: X's shape with the normalized dimensions set to 1.
+        float* inverse_rms_out = nullptr;
+        if (ctx.output_count() > 1 && ctx.output_wanted(1)) {
+            Shape stats_shape = x.shape;
+            std::fill(stats_shape.begin() + static_cast<std::ptrdiff_t>(axis), stats_shape.end(), 1);
+            inverse_rms_out = ctx.output(1, TESS_ELEMENT_FLOAT32, stats_shape).template ptr<float>();
+        }
         pool.parallel_for(rows, std::max<int64_t>(1, kTaskWork / row_size), [&](int64_t begin, int64_t end) {
             for (int64_t r = begin; r < end; ++r) {
                 const C* xr = in + r * row_size;
                 C* yr = out + r * row_size;
                 const double sum = sum_of_squares(xr, row_size);
                 const C inverse_rms = C(1) / std::sqrt(static_cast<C>(sum / double(row_size)) + epsilon);
+                if (inverse_rms_out != nullptr) inverse_rms_out[r] = static_cast<float>(inverse_rms);
                 // period and row_size are both products of trailing dimensions: one divides the other.
                 if (period >= row_size) {
                     const C* sr = scale + (r * row_size) % period;
@@ -507,6 +516,10 @@ void register_transformer_kernels(KernelRegistry& registry) {
     registry.add({"", "RotaryEmbedding", 23, 0, {{0, float32_and_16bit}, {1, float32_and_16bit}},
                   KernelMemory::Normal, make_factory<RotaryEmbeddingKernel>()});
     registry.add({"", "RMSNormalization", 23, 0, {{0, floats}, {1, floats}}, KernelMemory::Normal,
+                  make_factory<RmsNormalizationKernel>()});
+    // onnxruntime's contrib schema in the default domain (its exporters write it for RMS norms): RMSNormalization
+    // with an optional second output, inv_std_var.
+    registry.add({"", "SimplifiedLayerNormalization", 1, 0, {{0, floats}, {1, floats}}, KernelMemory::Normal,
                   make_factory<RmsNormalizationKernel>()});
     registry.add({"", "LinearAttention", 27, 0, {{0, float32_and_16bit}, {1, float32_and_16bit}, {2, float32_and_16bit}},
                   KernelMemory::Normal, make_factory<LinearAttentionKernel>()});

@@ -1,0 +1,197 @@
+"""Models made by onnxruntime's own tools, as users deploy them, run by Tessera and checked against onnxruntime.
+
+Each model is built here at test time: a float32 MobileNetV2 and a small BERT encoder (the benchmark builders,
+benchmarks/models.py, seeded), then passed through one tool -- `quantize_dynamic`, `quantize_static` (QDQ and
+QOperator formats), `MatMulNBitsQuantizer`, the transformers optimizer, or an onnxruntime session that saves its
+optimized graph.  Tessera's outputs are compared with onnxruntime's (all optimizations on) and judged against the
+noise onnxruntime itself shows between that and its unoptimized run of the same file: a model whose two onnxruntime
+runs agree exactly must agree exactly (up to a float32 floor of a few ulps of the output's magnitude).
+
+Cases Tessera cannot run yet are marked xfail(strict): each names what is missing, and the mark must go once it
+runs (a strict xfail that passes fails the suite).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+import tessera
+
+ort = pytest.importorskip("onnxruntime")
+quantization = pytest.importorskip("onnxruntime.quantization")
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "benchmarks"))
+import models  # noqa: E402  (benchmarks/models.py: the seeded model builders)
+
+# The quantization tools log every node they visit.
+logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
+logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
+
+FLOAT32_FLOOR = 32 * np.finfo(np.float32).eps  # relative to the output's largest magnitude
+
+BERT_SHAPE = dict(layers=2, hidden=128, heads=2, ffn=512, seq=32, vocab=1000)
+
+
+# ---- Source models and inputs ----------------------------------------------------------------------------------
+
+
+def bert_feeds(rng):
+    seq, vocab = BERT_SHAPE["seq"], BERT_SHAPE["vocab"]
+    mask = np.ones((1, seq), np.int64)
+    mask[:, -5:] = 0
+    return {"input_ids": rng.integers(0, vocab, (1, seq), dtype=np.int64), "attention_mask": mask}
+
+
+def mobilenet_feeds(rng):
+    return {"input": rng.standard_normal((1, 3, 224, 224), dtype=np.float32)}
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    """The float32 source models, their test inputs and calibration inputs."""
+    directory = tmp_path_factory.mktemp("onnxruntime_tools")
+    rng = np.random.default_rng(2026)
+    mobilenet = directory / "mobilenetv2.onnx"
+    onnx.save(models.mobilenetv2(2), mobilenet)
+    bert = directory / "bert.onnx"
+    onnx.save(models.bert(12, **BERT_SHAPE), bert)
+    return {
+        "dir": directory,
+        "mobilenetv2": (str(mobilenet), mobilenet_feeds(rng), [mobilenet_feeds(rng) for _ in range(3)]),
+        "bert": (str(bert), bert_feeds(rng), [bert_feeds(rng) for _ in range(3)]),
+    }
+
+
+class Calibration(quantization.CalibrationDataReader):
+    def __init__(self, feeds):
+        self._feeds = iter(feeds)
+
+    def get_next(self):
+        return next(self._feeds, None)
+
+
+# ---- The tools -------------------------------------------------------------------------------------------------
+
+
+def quantize_dynamic(source, target, calibration):  # noqa: ARG001
+    quantization.quantize_dynamic(source, target)
+
+
+def quantize_static(fmt):
+    def make(source, target, calibration):
+        quantization.quantize_static(source, target, Calibration(calibration), quant_format=fmt)
+    return make
+
+
+def matmul_nbits(bits, block_size, symmetric, accuracy_level=None):
+    def make(source, target, calibration):  # noqa: ARG001
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+        quantizer = MatMulNBitsQuantizer(onnx.load(source), bits=bits, block_size=block_size,
+                                         is_symmetric=symmetric, accuracy_level=accuracy_level)
+        quantizer.process()
+        quantizer.model.save_model_to_file(target)
+    return make
+
+
+def onnxruntime_saved(level, first=None):
+    """The graph an onnxruntime session saves (optimized_model_filepath) at `level`, optionally after another
+    tool."""
+    def make(source, target, calibration):
+        if first is not None:
+            first(source, target + ".first.onnx", calibration)
+            source = target + ".first.onnx"
+        options = ort.SessionOptions()
+        options.graph_optimization_level = level
+        options.optimized_model_filepath = target
+        ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    return make
+
+
+def transformers_optimizer(float16):
+    def make(source, target, calibration):  # noqa: ARG001
+        from onnxruntime.transformers.optimizer import optimize_model
+        # opt_level 0: the Python fusions only (the onnxruntime pass before them needs torch installed).
+        model = optimize_model(source, model_type="bert", num_heads=BERT_SHAPE["heads"],
+                               hidden_size=BERT_SHAPE["hidden"], opt_level=0)
+        if float16:
+            model.convert_float_to_float16(keep_io_types=True)
+        model.save_model_to_file(target)
+    return make
+
+
+EXTENDED = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+Q = quantization.QuantFormat
+
+# (case id, source model, tool, why it cannot run yet or None)
+CASES = [
+    ("mobilenetv2-dynamic", "mobilenetv2", quantize_dynamic, None),
+    ("bert-dynamic", "bert", quantize_dynamic, None),
+    ("mobilenetv2-static-qdq", "mobilenetv2", quantize_static(Q.QDQ), None),
+    ("bert-static-qdq", "bert", quantize_static(Q.QDQ), None),
+    ("mobilenetv2-static-qoperator", "mobilenetv2", quantize_static(Q.QOperator),
+     "com.microsoft QLinearAdd and QGemm have no CPU kernel yet"),
+    ("bert-static-qoperator", "bert", quantize_static(Q.QOperator),
+     "com.microsoft QLinearAdd, QLinearMul and QLinearSoftmax have no CPU kernel yet"),
+    ("bert-nbits4-block32-symmetric", "bert", matmul_nbits(4, 32, True), None),
+    ("bert-nbits4-block128-asymmetric", "bert", matmul_nbits(4, 128, False), None),
+    ("bert-nbits8-block32-asymmetric", "bert", matmul_nbits(8, 32, False), None),
+    ("bert-nbits4-accuracy-level-4", "bert", matmul_nbits(4, 32, False, accuracy_level=4),
+     "accuracy_level 4 quantizes A to int8 per block in onnxruntime; Tessera computes in float"),
+    ("mobilenetv2-ort-extended", "mobilenetv2", onnxruntime_saved(EXTENDED), None),
+    ("bert-ort-extended", "bert", onnxruntime_saved(EXTENDED), None),
+    ("bert-dynamic-ort-extended", "bert", onnxruntime_saved(EXTENDED, quantize_dynamic), None),
+    ("mobilenetv2-qdq-ort-extended", "mobilenetv2", onnxruntime_saved(EXTENDED, quantize_static(Q.QDQ)),
+     "com.microsoft QLinearGlobalAveragePool and QGemm have no CPU kernel yet"),
+    ("bert-transformers-optimizer", "bert", transformers_optimizer(False),
+     "com.microsoft Attention has no CPU kernel yet"),
+    ("bert-transformers-optimizer-fp16", "bert", transformers_optimizer(True),
+     "com.microsoft Attention has no CPU kernel yet"),
+]
+
+
+# ---- Running and judging ---------------------------------------------------------------------------------------
+
+
+def run_onnxruntime(path, feeds, level):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = level
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def max_difference(a, b):
+    return max(float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)), initial=0.0)) for x, y in zip(a, b))
+
+
+def operator_counts(path):
+    return collections.Counter(f"{n.domain}:{n.op_type}" if n.domain else n.op_type
+                               for n in onnx.load(path).graph.node)
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c[0], marks=[pytest.mark.xfail(strict=True, reason=c[3])]
+                                               if c[3] else []) for c in CASES])
+def test_model_from_onnxruntime_tool(case, sources):
+    case_id, source_name, tool, _ = case
+    source, feeds, calibration = sources[source_name]
+    target = str(sources["dir"] / f"{case_id}.onnx")
+    tool(source, target, calibration)
+
+    reference = run_onnxruntime(target, feeds, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    unoptimized = run_onnxruntime(target, feeds, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    noise = max_difference(reference, unoptimized)
+    magnitude = max(float(np.max(np.abs(r.astype(np.float64)), initial=0.0)) for r in reference)
+
+    outputs = tessera.InferenceSession(target).run(None, feeds)
+    assert [o.shape for o in outputs] == [r.shape for r in reference]
+    assert [o.dtype for o in outputs] == [r.dtype for r in reference]
+    error = max_difference(outputs, reference)
+    allowed = max(noise, FLOAT32_FLOOR * max(1.0, magnitude))
+    assert error <= allowed, (f"{case_id}: Tessera differs from onnxruntime by {error:.3g}; onnxruntime's own "
+                              f"levels differ by {noise:.3g} (allowed {allowed:.3g}); operators: "
+                              f"{dict(operator_counts(target))}")
