@@ -64,13 +64,16 @@ template <typename T> struct Lanes8;
 template <> struct Lanes8<uint8_t> { using type = uint8_t __attribute__((vector_size(8))); };
 template <> struct Lanes8<int8_t> { using type = int8_t __attribute__((vector_size(8))); };
 
-// y[i] = saturate(round_half_even(double(sums[i] + bias) * multiplier) + zero_point) for i < n, the sum wrapping to
-// 32 bits; the multiplier is multipliers[i], or multipliers[0] for all when `uniform`.  The product is taken in
-// double as ONNX's reference does; values are limited to just outside the output range before rounding so that the
-// rounding trick (v + 1.5 * 2^52) - 1.5 * 2^52 applies.
+// y[i] = saturate(round_half_even(f32(float(sums[i] + bias) * multiplier)) + zero_point) for i < n, the sum wrapping
+// to 32 bits; the multiplier (a float) is multipliers[i], or multipliers[0] for all when `uniform`.  The product is
+// rounded to float, as onnxruntime's requantization rounds it: in double, the rare product that lands within half
+// a float ulp of a .5 rounds the other way, and a quantized network then disagrees with onnxruntime from that
+// layer on.  The rounding itself runs in double, where the values are limited to just outside the output range so
+// that the trick (v + 1.5 * 2^52) - 1.5 * 2^52 applies.
 template <typename Out> void requantize_run(const int32_t* sums, int32_t bias, const double* multipliers, bool uniform,
                                             int64_t n, const OutputQuantization& q, Out* y) {
     using Vd = double __attribute__((vector_size(64)));
+    using Vf8 = float __attribute__((vector_size(32)));
     using Vi = int32_t __attribute__((vector_size(32)));
     using Vu = uint32_t __attribute__((vector_size(32)));
     using Narrow = typename Lanes8<Out>::type;
@@ -87,7 +90,8 @@ template <typename Out> void requantize_run(const int32_t* sums, int32_t bias, c
             s = reinterpret_cast<Vi>(reinterpret_cast<Vu>(s) + static_cast<uint32_t>(bias));
             Vd m = uniform_multiplier;
             if (!uniform) std::memcpy(&m, m_ptr, sizeof m);
-            Vd v = __builtin_convertvector(s, Vd) * m;
+            const Vf8 product = __builtin_convertvector(s, Vf8) * __builtin_convertvector(m, Vf8);
+            Vd v = __builtin_convertvector(product, Vd);
             v = v > below ? v : below;
             v = v < above ? v : above;
             v = ((v + kMagic) - kMagic) + vzero;
