@@ -8,6 +8,7 @@
 #include "util/axes.h"
 #include "util/blocked_conv.h"
 #include "util/broadcast.h"
+#include "util/compute_cast.h"
 #include "util/thread_scratch.h"
 
 namespace tessera::cpu {
@@ -298,7 +299,9 @@ public:
         const Tensor& X = ctx.input(0);
         const Tensor& scale = ctx.input(1);
         const Tensor* bias = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-        check_float_type("LayerNormalization", X.type);
+        if (X.type != TESS_ELEMENT_FLOAT32 && X.type != TESS_ELEMENT_FLOAT64 && X.type != TESS_ELEMENT_FLOAT16 &&
+            X.type != TESS_ELEMENT_BFLOAT16)
+            throw_unsupported_type("LayerNormalization", X.type);
         if (scale.type != X.type || (bias != nullptr && bias->type != X.type)) {
             throw KernelError("LayerNormalization: Scale and B must have the element type of X");
         }
@@ -309,16 +312,25 @@ public:
         Shape stats_shape = X.shape;
         std::fill(stats_shape.begin() + axis, stats_shape.end(), 1);
 
-        Tensor& Y = ctx.output(0, X.type, X.shape);
+        Tensor& Y_out = ctx.output(0, X.type, X.shape);
         void* mean_out = nullptr;
         void* inv_std_out = nullptr;
         if (ctx.output_count() > 1 && ctx.output_wanted(1)) mean_out = ctx.output(1, mean_type_, stats_shape).data;
         if (ctx.output_count() > 2 && ctx.output_wanted(2)) {
             inv_std_out = ctx.output(2, inv_std_type_, stats_shape).data;
         }
-        dispatch<float, double>(X.type, [&]<typename T>() {
+        // float16 and bfloat16 compute in float (statistics in double, as for float) and round once on the way out.
+        with_float_or_double(X.type == TESS_ELEMENT_FLOAT64, [&]<typename T>() {
+            const ConvertedInput<T> x_in(X, ctx.pool()), scale_in(scale, ctx.pool());
+            ConvertedInput<T> bias_in;
+            if (bias != nullptr) bias_in = ConvertedInput<T>(*bias, ctx.pool());
+            ConvertedOutput<T> y_out(Y_out);
+            auto as_compute = [](const Tensor& t, const T* data) {
+                return Tensor{element_type_of<T>(), t.shape, const_cast<T*>(data), nullptr};
+            };
             // Scale/B usually cover only the normalized dimensions: one row of parameters serves every row.
-            auto params = [&](const Tensor& p, bool& per_row) {
+            auto params = [&](const Tensor& given, bool& per_row) {
+                const Tensor p = as_compute(given, &given == &scale ? scale_in.data() : bias_in.data());
                 Tensor view = p;
                 while (view.rank() > trailing.size() && view.shape.front() == 1) view.shape.erase(view.shape.begin());
                 per_row = view.rank() > trailing.size();
@@ -328,8 +340,8 @@ public:
             bool scale_per_row = false, bias_per_row = false;
             const std::vector<T> scale_values = params(scale, scale_per_row);
             const std::vector<T> bias_values = bias != nullptr ? params(*bias, bias_per_row) : std::vector<T>();
-            const T* x = X.ptr<T>();
-            T* y = Y.ptr<T>();
+            const T* x = x_in.data();
+            T* y = y_out.data();
             ctx.pool().parallel_for(rows, plane_grain(cols), [&](int64_t first, int64_t last) {
                 for (int64_t r = first; r < last; ++r) {
                     const T* xr = x + r * cols;
@@ -346,6 +358,7 @@ public:
                     store(inv_std_out, inv_std_type_, r, inv_std);
                 }
             });
+            y_out.finish(ctx.pool());
         });
     }
 
@@ -498,7 +511,10 @@ void register_normalization_kernels(KernelRegistry& registry) {
                   [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
                       return std::make_unique<GroupedNormKernel>(info, false);
                   }});
-    registry.add({"", "LayerNormalization", 17, 0, x_float, KernelMemory::Normal, make_factory<LayerNormKernel>()});
+    const std::vector<std::pair<size_t, std::vector<int32_t>>> x_float_or_16bit{
+        {0, {TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT64, TESS_ELEMENT_FLOAT16, TESS_ELEMENT_BFLOAT16}}};
+    registry.add({"", "LayerNormalization", 17, 0, x_float_or_16bit, KernelMemory::Normal,
+                  make_factory<LayerNormKernel>()});
     registry.add({"", "LRN", 1, 0, x_float, KernelMemory::Normal, make_factory<LrnKernel>()});
     registry.add({"", "MeanVarianceNormalization", 9, 0, x_float, KernelMemory::Normal, make_factory<MvnKernel>()});
 }

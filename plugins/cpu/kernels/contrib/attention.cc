@@ -1,0 +1,243 @@
+// CPU provider, com.microsoft Attention: the BERT/GPT-2 attention block that onnxruntime's transformer optimizer
+// fuses, projection included.
+//
+//   inputs   input (B, S, input_hidden), weights (input_hidden, q + k + v hidden), bias? (q + k + v),
+//            mask_index? (int32), past? (2, B, H, P, head), attention_bias? (B or 1, H or 1, S, P + S),
+//            past_sequence_length? (not used: past and present never share a buffer here)
+//   outputs  output (B, S, v_hidden), present? (2, B, H, P + S, head)
+//   attrs    num_heads, unidirectional (0), qkv_hidden_sizes, mask_filter_value (-10000), scale (1/sqrt(head))
+//
+// As in onnxruntime, masking adds mask_filter_value (not -inf) to the scores of the keys a query may not see:
+//   mask_index (B): the first end[b] keys are valid;  (2B): keys [start[b], end[b]);
+//   (B, P + S): 1 keeps a key, 0 masks it;  (B, S, P + S): the same per query row;  (B, 1, M, M): rows P..P+S-1 of
+//   a max-length mask;  unidirectional: key j of query row i is masked when j > P + i.
+// The projection runs on the packed float GEMM (the weights packed once); the attention itself on the fused core
+// shared with ONNX's Attention (kernels/transformer/attention_core.h), one block of query rows per task.
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/all_kernels.h"
+#include "kernels/transformer/attention_core.h"
+#include "util/compute_cast.h"
+#include "util/gemm.h"
+#include "util/thread_scratch.h"
+
+namespace tessera::cpu {
+
+namespace {
+
+using namespace attention_core;
+
+class MicrosoftAttentionKernel final : public Kernel {
+public:
+    explicit MicrosoftAttentionKernel(const NodeInfo& info)
+        : heads_(info.attr_int("num_heads")),
+          unidirectional_(info.attr_int("unidirectional", 0) != 0),
+          hidden_sizes_(info.attr_ints("qkv_hidden_sizes")),
+          mask_filter_value_(info.attr_float("mask_filter_value", -10000.0f)),
+          scale_(info.attr_float("scale", 0.0f)) {
+        if (heads_ <= 0) throw KernelError("Attention: num_heads must be positive");
+        if (info.attr_int("do_rotary", 0) != 0) throw KernelError("Attention: do_rotary is not supported");
+        if (!hidden_sizes_.empty() && hidden_sizes_.size() != 3)
+            throw KernelError("Attention: qkv_hidden_sizes must hold three values");
+        if (!hidden_sizes_.empty() && hidden_sizes_[1] != hidden_sizes_[0])
+            throw KernelError("Attention: qkv_hidden_sizes must give Q and K the same size");
+        if (const std::optional<Tensor> w = info.constant_tensor(1);
+            w && w->type == TESS_ELEMENT_FLOAT32 && w->rank() == 2 && packed_gemm_supported()) {
+            packed_weights_ = PackedColumns(w->ptr<float>(), false, w->shape[0], w->shape[1], w->shape[1]);
+        }
+    }
+
+    void compute(KernelContext& ctx) const override {
+        const std::string op = "Attention";
+        const Tensor& input = ctx.input(0);
+        const Tensor& weights = ctx.input(1);
+        if (input.rank() != 3) throw KernelError(op + ": input " + shape_string(input.shape) + " must be (B, S, hidden)");
+        if (weights.rank() != 2 || weights.shape[0] != input.shape[2])
+            throw KernelError(op + ": weights " + shape_string(weights.shape) + " must be (" +
+                              std::to_string(input.shape[2]) + ", q + k + v hidden)");
+        const int64_t B = input.shape[0], S = input.shape[1], in_hidden = input.shape[2], width = weights.shape[1];
+        const int64_t q_hidden = hidden_sizes_.empty() ? width / 3 : hidden_sizes_[0];
+        const int64_t v_hidden = hidden_sizes_.empty() ? width / 3 : hidden_sizes_[2];
+        if (2 * q_hidden + v_hidden != width || q_hidden % heads_ != 0 || v_hidden % heads_ != 0)
+            throw KernelError(op + ": the weights' " + std::to_string(width) +
+                              " columns do not split into Q, K and V of whole heads (num_heads " +
+                              std::to_string(heads_) + ")");
+        const int64_t head = q_hidden / heads_, v_head = v_hidden / heads_;
+        ThreadPool& pool = ctx.pool();
+
+        // Q, K and V side by side: [B * S, width] = input x weights + bias.
+        const ConvertedInput<float> x(input, pool);
+        float* qkv = thread_scratch_buffer<float, 26>(B * S * width);
+        if (!packed_weights_.empty() && weights.type == TESS_ELEMENT_FLOAT32 && packed_weights_.depth() == in_hidden &&
+            packed_weights_.cols() == width) {
+            gemm_prepacked(pool, false, B * S, in_hidden, 1.0f, x.data(), in_hidden, packed_weights_, 0.0f, qkv, width);
+        } else {
+            const ConvertedInput<float> w(weights, pool);
+            gemm<float>(pool, false, false, B * S, width, in_hidden, 1.0f, x.data(), in_hidden, w.data(), width, 0.0f,
+                        qkv, width);
+        }
+        if (ctx.has_input(2)) {
+            const Tensor& bias_in = ctx.input(2);
+            if (bias_in.size() != width) throw KernelError(op + ": bias must hold " + std::to_string(width) + " values");
+            const ConvertedInput<float> bias(bias_in, pool);
+            pool.parallel_for(B * S, std::max<int64_t>(1, 8192 / width), [&](int64_t first, int64_t last) {
+                for (int64_t r = first; r < last; ++r)
+                    for (int64_t c = 0; c < width; ++c) qkv[r * width + c] += bias.data()[c];
+            });
+        }
+        const HeadLayout packed{S * width, head, width};
+        Heads<const float> q{qkv, packed};
+        Heads<const float> k{qkv + q_hidden, packed};
+        Heads<const float> v{qkv + 2 * q_hidden, HeadLayout{S * width, v_head, width}};
+
+        // The cache: past followed by the new keys and values, in present when it is wanted.
+        int64_t past = 0;
+        std::optional<ConvertedInput<float>> past_in;
+        if (ctx.has_input(4)) {
+            const Tensor& p = ctx.input(4);
+            if (p.rank() != 5 || p.shape[0] != 2 || p.shape[1] != B || p.shape[2] != heads_ || p.shape[4] != head ||
+                head != v_head)
+                throw KernelError(op + ": past " + shape_string(p.shape) + " must be (2, " + std::to_string(B) + ", " +
+                                  std::to_string(heads_) + ", past, " + std::to_string(head) + ")");
+            past = p.shape[3];
+            past_in.emplace(p, pool);
+        }
+        const int64_t total = past + S;
+        ConvertedOutput<float> present;
+        if (ctx.output_count() > 1 && ctx.output_wanted(1)) {
+            if (head != v_head) throw KernelError(op + ": present needs Q, K and V heads of one size");
+            present = ConvertedOutput<float>(ctx.output(1, input.type, {2, B, heads_, total, head}));
+        }
+        if (past > 0 || present) {
+            float* cache = present ? present.data() : thread_scratch_buffer<float, 27>(2 * B * heads_ * total * head);
+            const float* past_data = past_in ? past_in->data() : nullptr;
+            const int64_t half = B * heads_ * total * head, past_half = B * heads_ * past * head;
+            concat_cache(pool, B, heads_, past, past_data, S, k, head, cache);
+            concat_cache(pool, B, heads_, past, past_data ? past_data + past_half : nullptr, S, v, head, cache + half);
+            k = Heads<const float>{cache, HeadLayout::bhsd(heads_, total, head)};
+            v = Heads<const float>{cache + half, HeadLayout::bhsd(heads_, total, head)};
+        }
+
+        AttentionDims d;
+        d.batch = B;
+        d.q_heads = d.kv_heads = heads_;
+        d.q_len = S;
+        d.kv_len = total;
+        d.head_size = head;
+        d.v_head_size = v_head;
+        ScoreEpilogue<float> epilogue;
+        epilogue.bias.q_len = S;
+        const float* mask = additive_mask(ctx, B, S, past, total);
+        if (mask != nullptr) {
+            epilogue.bias.mask = mask;
+            const bool per_head = ctx.has_input(5);
+            epilogue.bias.mask_strides[0] = (per_head ? heads_ : 1) * S * total;
+            epilogue.bias.mask_strides[1] = per_head ? S * total : 0;
+            epilogue.bias.mask_strides[2] = total;
+            epilogue.bias.mask_columns = total;
+        }
+        ConvertedOutput<float> y(ctx.output(0, input.type, {B, S, v_hidden}));
+        const float scale = scale_ != 0.0f ? scale_ : 1.0f / std::sqrt(static_cast<float>(head));
+        run_fused_attention<float>(pool, d, scale, q, k, v, Heads<float>{y.data(), HeadLayout::bshd(heads_, S, v_head)},
+                                   epilogue);
+        y.finish(pool);
+        present.finish(pool);
+    }
+
+private:
+    // What is added to every score: mask_filter_value where mask_index or unidirectional hides a key, 0 elsewhere,
+    // plus attention_bias; [B, S, total] or, with attention_bias, [B, H, S, total].  Null when nothing is added.
+    const float* additive_mask(KernelContext& ctx, int64_t B, int64_t S, int64_t past, int64_t total) const {
+        const std::string op = "Attention";
+        const bool has_mask = ctx.has_input(3), has_bias = ctx.has_input(5);
+        if (!has_mask && !has_bias && !unidirectional_) return nullptr;
+        const int64_t H = has_bias ? heads_ : 1;
+        float* out = thread_scratch_buffer<float, 28>(B * H * S * total);
+        float* base = out;  // [B, S, total] for head 0; copied to the other heads below
+        std::fill_n(base, B * S * total, 0.0f);
+        auto hide = [&](int64_t b, int64_t i, int64_t j) { base[(b * S + i) * total + j] = mask_filter_value_; };
+        if (has_mask) {
+            const Tensor& m = ctx.input(3);
+            if (m.type != TESS_ELEMENT_INT32) throw_unsupported_type(op + " mask_index", m.type);
+            const int32_t* mi = m.ptr<int32_t>();
+            if (m.rank() == 1 && (m.shape[0] == B || m.shape[0] == 2 * B)) {
+                for (int64_t b = 0; b < B; ++b) {
+                    const int64_t end = std::clamp<int64_t>(mi[b], 0, total);
+                    const int64_t start = m.shape[0] == 2 * B ? std::clamp<int64_t>(mi[B + b], 0, total) : 0;
+                    for (int64_t i = 0; i < S; ++i)
+                        for (int64_t j = 0; j < total; ++j)
+                            if (j < start || j >= end) hide(b, i, j);
+                }
+            } else if (m.rank() == 2 && m.shape[0] == B && m.shape[1] == total) {
+                for (int64_t b = 0; b < B; ++b)
+                    for (int64_t i = 0; i < S; ++i)
+                        for (int64_t j = 0; j < total; ++j)
+                            if (mi[b * total + j] <= 0) hide(b, i, j);
+            } else if (m.rank() == 3 && m.shape[0] == B && m.shape[1] == S && m.shape[2] == total) {
+                for (int64_t b = 0; b < B; ++b)
+                    for (int64_t i = 0; i < S; ++i)
+                        for (int64_t j = 0; j < total; ++j)
+                            if (mi[(b * S + i) * total + j] <= 0) hide(b, i, j);
+            } else if (m.rank() == 4 && m.shape[0] == B && m.shape[1] == 1 && m.shape[2] >= total &&
+                       m.shape[3] >= total) {
+                const int64_t max_len = m.shape[3];
+                for (int64_t b = 0; b < B; ++b)
+                    for (int64_t i = 0; i < S; ++i)
+                        for (int64_t j = 0; j < total; ++j)
+                            if (mi[(b * m.shape[2] + past + i) * max_len + j] <= 0) hide(b, i, j);
+            } else {
+                throw KernelError(op + ": mask_index " + shape_string(m.shape) + " is none of (B), (2B), (B, " +
+                                  "total), (B, S, total), (B, 1, max, max) for B " + std::to_string(B) + ", S " +
+                                  std::to_string(S) + ", total " + std::to_string(total));
+            }
+        }
+        if (unidirectional_)
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t i = 0; i < S; ++i)
+                    for (int64_t j = past + i + 1; j < total; ++j) hide(b, i, j);
+        if (!has_bias) return out;
+        // Spread over the heads (from the back, so that head 0's rows are read before being overwritten) and add
+        // attention_bias, broadcast over batch and heads.
+        const Tensor& bias_in = ctx.input(5);
+        if (bias_in.rank() != 4 || (bias_in.shape[0] != 1 && bias_in.shape[0] != B) ||
+            (bias_in.shape[1] != 1 && bias_in.shape[1] != heads_) || bias_in.shape[2] != S || bias_in.shape[3] != total)
+            throw KernelError(op + ": attention_bias " + shape_string(bias_in.shape) + " must be (B or 1, heads or 1, " +
+                              std::to_string(S) + ", " + std::to_string(total) + ")");
+        const ConvertedInput<float> bias(bias_in, ctx.pool());
+        const int64_t plane = S * total;
+        for (int64_t b = B - 1; b >= 0; --b)
+            for (int64_t h = heads_ - 1; h >= 0; --h) {
+                float* dst = out + (b * heads_ + h) * plane;
+                const float* src = base + b * plane;
+                const float* add = bias.data() + ((bias_in.shape[0] == 1 ? 0 : b) * bias_in.shape[1] +
+                                                  (bias_in.shape[1] == 1 ? 0 : h)) * plane;
+                for (int64_t e = plane - 1; e >= 0; --e) dst[e] = src[e] + add[e];
+            }
+        return out;
+    }
+
+    int64_t heads_;
+    bool unidirectional_;
+    std::vector<int64_t> hidden_sizes_;
+    float mask_filter_value_;
+    float scale_;
+    PackedColumns packed_weights_;
+};
+
+}  // namespace
+
+void register_contrib_attention_kernels(KernelRegistry& registry) {
+    const std::vector<int32_t> floats{TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT16};
+    registry.add(KernelDef{.domain = "com.microsoft",
+                           .op_type = "Attention",
+                           .since_version = 1,
+                           .end_version = 0,
+                           .input_types = {{0, floats}, {1, floats}},
+                           .memory = KernelMemory::Normal,
+                           .factory = make_factory<MicrosoftAttentionKernel>()});
+}
+
+}  // namespace tessera::cpu
