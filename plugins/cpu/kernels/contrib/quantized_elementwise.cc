@@ -533,7 +533,8 @@ private:
             else inner *= X.shape[d];
         }
         float table[256];
-        double shift = std::log(static_cast<double>(std::numeric_limits<float>::max() / static_cast<float>(D)));
+        // The logarithm is taken in float (onnxruntime's argument is a float), then widened.
+        double shift = std::log(std::numeric_limits<float>::max() / static_cast<float>(D));
         shift = std::max(0.0, shift - 5) / static_cast<double>(x_scale);
         for (int i = 0; i < 256; ++i) {
             const float t = static_cast<float>(std::exp((static_cast<double>(i) - 255 + shift) * x_scale));
