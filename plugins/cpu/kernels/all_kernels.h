@@ -42,6 +42,7 @@ void register_contrib_quantized_matmul_kernels(KernelRegistry& registry);  // ke
 void register_contrib_quantized_elementwise_kernels(KernelRegistry& registry);  // kernels/contrib/quantized_elementwise.cc: QLinearAdd, QLinearMul, ...
 void register_contrib_matmul_nbits_kernels(KernelRegistry& registry);  // kernels/contrib/matmul_nbits.cc: MatMulNBits
 void register_contrib_attention_kernels(KernelRegistry& registry);  // kernels/contrib/attention.cc: Attention
+void register_contrib_decoder_attention_kernels(KernelRegistry& registry);  // kernels/contrib/decoder_attention.cc: GroupQueryAttention, RotaryEmbedding
 
 void register_all_kernels(KernelRegistry& registry);
 

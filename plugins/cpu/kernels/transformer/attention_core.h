@@ -155,6 +155,7 @@ template <typename C> struct ScoreBias {
     bool causal = false;
     int64_t past = 0;                   // keys of the internal cache before the new ones
     const int64_t* valid_keys = nullptr;  // per batch entry: keys at or beyond it are padding (external cache)
+    const int64_t* positions = nullptr;   // per batch entry: the absolute position of query row 0, when given
     int64_t q_len = 0;
     int64_t left_window = -1, right_window = -1;  // keys p - left .. p + right around position p; -1 = unbounded
 
@@ -162,7 +163,10 @@ template <typename C> struct ScoreBias {
         return mask == nullptr && !causal && valid_keys == nullptr && left_window < 0 && right_window < 0;
     }
 
-    int64_t offset(int64_t b) const { return valid_keys != nullptr ? valid_keys[b] - q_len : past; }
+    int64_t offset(int64_t b) const {
+        if (positions != nullptr) return positions[b];
+        return valid_keys != nullptr ? valid_keys[b] - q_len : past;
+    }
 
     // Keys [first, end) of n that query row i of batch entry b may attend, before the mask's own values.
     struct Range {
