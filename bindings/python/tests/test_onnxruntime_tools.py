@@ -5,8 +5,11 @@ benchmarks/models.py, seeded) and a Llama-style decoder with GroupQueryAttention
 below, as onnxruntime-genai's builder shapes one; checked on a prompt and on a decoding step after a cache), then
 passed through one tool -- `quantize_dynamic`, `quantize_static` (QDQ and QOperator formats),
 `MatMulNBitsQuantizer`, the transformers optimizer, or an onnxruntime session that saves its optimized graph.  Tessera's outputs are compared with onnxruntime's (all optimizations on) and judged against the
-noise onnxruntime itself shows between that and its unoptimized run of the same file, plus a floor of a few ulps of
-the output's magnitude: a model whose two onnxruntime runs agree exactly must agree to the last few bits.
+noise onnxruntime itself shows (see INPUTS below) plus a floor of a few ulps of the output's magnitude.
+
+On a quantized model that noise is a few quanta of the output (one rounding crossing, carried on), so these
+whole-model checks say that Tessera runs what the tools wrote with onnxruntime's semantics; that each kernel computes
+exactly what onnxruntime's does is checked operator by operator, bit for bit, in test_com_microsoft_kernels.py.
 
 Cases Tessera cannot run yet are marked xfail(strict): each names what is missing, and the mark must go once it
 runs (a strict xfail that passes fails the suite).
@@ -39,6 +42,15 @@ logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(lo
 # computes in.  Models converted to float16 round inside every operator, at points each runtime chooses.
 FLOAT32_FLOOR = 32 * np.finfo(np.float32).eps
 FLOAT16_FLOOR = 4 * np.finfo(np.float16).eps
+
+# The noise a result is judged against is a property of the model, not of one input or one pair of kernels:
+# wherever float arithmetic precedes a quantization, a last-bit difference sometimes moves a value across a rounding
+# boundary (one quantum, which later layers carry on) and sometimes does not.  onnxruntime's two levels can agree
+# exactly on a model only because both run the same float kernels (its QDQ BERT fuses nothing), although any other
+# summation order moves some value across a boundary.  So the noise is the largest difference, over several inputs,
+# between onnxruntime's optimized run and (a) its unoptimized run (of the network it optimized, for a saved
+# optimized model) and (b) its optimized run of the same model with every float weight moved by one ulp.
+INPUTS = 3
 
 BERT_SHAPE = dict(layers=2, hidden=128, heads=2, ffn=512, seq=32, vocab=1000)
 
@@ -157,8 +169,9 @@ def sources(tmp_path_factory):
     return {
         "dir": directory,
         "decoder": (str(decoder), decoder_steps, None),
-        "mobilenetv2": (str(mobilenet), mobilenet_feeds(rng), [mobilenet_feeds(rng) for _ in range(3)]),
-        "bert": (str(bert), bert_feeds(rng), [bert_feeds(rng) for _ in range(3)]),
+        "mobilenetv2": (str(mobilenet), [mobilenet_feeds(rng) for _ in range(INPUTS)],
+                        [mobilenet_feeds(rng) for _ in range(3)]),
+        "bert": (str(bert), [bert_feeds(rng) for _ in range(INPUTS)], [bert_feeds(rng) for _ in range(3)]),
     }
 
 
@@ -256,6 +269,23 @@ COMPUTES_IN_FLOAT16 = {"bert-transformers-optimizer-fp16"}
 # ---- Running and judging ---------------------------------------------------------------------------------------
 
 
+def last_bit_perturbed(path, target, seed=0):
+    """A copy of the model whose float32 initializers (weights and quantization scales) moved by one ulp up or
+    down at random: the same network up to the last bit, as another runtime's rounding makes it."""
+    from onnx import numpy_helper
+    model = onnx.load(path)
+    rng = np.random.default_rng(seed)
+    for initializer in model.graph.initializer:
+        if initializer.data_type != onnx.TensorProto.FLOAT:
+            continue
+        values = numpy_helper.to_array(initializer)
+        toward = np.where(rng.random(values.shape) < 0.5, -np.inf, np.inf).astype(np.float32)
+        initializer.CopyFrom(numpy_helper.from_array(np.nextafter(values, toward).astype(np.float32),
+                                                     initializer.name))
+    onnx.save(model, target)
+    return target
+
+
 def run_onnxruntime(path, feeds, level):
     options = ort.SessionOptions()
     options.graph_optimization_level = level
@@ -281,20 +311,22 @@ def test_model_from_onnxruntime_tool(case, sources):
     # network, between its unoptimized and optimized runs, is the noise of the saved file too.
     unoptimized_source = tool(source, target, calibration) or target
 
+    perturbed = last_bit_perturbed(target, target + ".perturbed.onnx")
     session = tessera.InferenceSession(target)
-    for step, step_feeds in enumerate(feeds if isinstance(feeds, list) else [feeds]):
+    noise, error, magnitude = 0.0, 0.0, 0.0
+    for step_feeds in feeds:
         reference = run_onnxruntime(target, step_feeds, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
-        noise = max(max_difference(reference, run_onnxruntime(path, step_feeds,
-                                                              ort.GraphOptimizationLevel.ORT_DISABLE_ALL))
-                    for path in {target, unoptimized_source})
-        magnitude = max(float(np.max(np.abs(r.astype(np.float64)), initial=0.0)) for r in reference)
-
+        others = [run_onnxruntime(path, step_feeds, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+                  for path in {target, unoptimized_source}]
+        others.append(run_onnxruntime(perturbed, step_feeds, ort.GraphOptimizationLevel.ORT_ENABLE_ALL))
+        noise = max(noise, *(max_difference(reference, other) for other in others))
+        magnitude = max(magnitude, *(float(np.max(np.abs(r.astype(np.float64)), initial=0.0)) for r in reference))
         outputs = session.run(None, step_feeds)
         assert [o.shape for o in outputs] == [r.shape for r in reference]
         assert [o.dtype for o in outputs] == [r.dtype for r in reference]
-        error = max_difference(outputs, reference)
-        floor = FLOAT16_FLOOR if case_id in COMPUTES_IN_FLOAT16 else FLOAT32_FLOOR
-        allowed = noise + floor * max(1.0, magnitude)
-        assert error <= allowed, (f"{case_id} (step {step}): Tessera differs from onnxruntime by {error:.3g}; "
-                                  f"onnxruntime's own levels differ by {noise:.3g} (allowed {allowed:.3g}); "
-                                  f"operators: {dict(operator_counts(target))}")
+        error = max(error, max_difference(outputs, reference))
+    floor = FLOAT16_FLOOR if case_id in COMPUTES_IN_FLOAT16 else FLOAT32_FLOOR
+    allowed = noise + floor * max(1.0, magnitude)
+    assert error <= allowed, (f"{case_id}: Tessera differs from onnxruntime by {error:.3g}; onnxruntime's own levels "
+                              f"differ by {noise:.3g} (allowed {allowed:.3g}) over {len(feeds)} inputs; operators: "
+                              f"{dict(operator_counts(target))}")
