@@ -114,8 +114,14 @@ std::optional<std::vector<int64_t>> static_shape(const Graph& graph, const std::
 bool apply_where_placed(Graph& graph, const PassContext& context, const std::vector<Candidate>& candidates) {
     if (!context.placement || candidates.empty()) return false;
     // Ask the providers about the fused nodes in a trial copy of the graph, and about the nodes they replace.
+    // The fused nodes' domains are imported (version 1) where the model does not import them yet.
+    auto import_domains = [&](Graph& g) {
+        g.opsets.emplace(TESS_FUSED_OPS_DOMAIN, 1);
+        for (const auto& c : candidates)
+            if (!c.fused.domain.empty()) g.opsets.emplace(c.fused.domain, 1);
+    };
     Graph trial = graph;
-    trial.opsets.emplace(TESS_FUSED_OPS_DOMAIN, 1);
+    import_domains(trial);
     std::vector<size_t> fused_indices, originals;
     for (const auto& c : candidates) {
         fused_indices.push_back(trial.nodes.size());
@@ -143,7 +149,7 @@ bool apply_where_placed(Graph& graph, const PassContext& context, const std::vec
         changed = true;
     }
     if (!changed) return false;
-    graph.opsets.emplace(TESS_FUSED_OPS_DOMAIN, 1);
+    import_domains(graph);
     std::vector<Node> kept;
     kept.reserve(graph.nodes.size());
     for (size_t n = 0; n < graph.nodes.size(); ++n) {

@@ -60,7 +60,7 @@ struct Candidate {
     Node fused;
 };
 
-// Replaces each candidate's nodes by its fused node (of TESS_FUSED_OPS_DOMAIN, imported as opset 1) where the
+// Replaces each candidate's nodes by its fused node (its domain imported as opset 1 when new) where the
 // provider that would run every replaced node claims the fused node (PassContext::placement), so that fusing never
 // moves work to another provider nor leaves a node nobody runs; the others stay as they are.  Keeps the graph
 // topologically sorted.  Returns true when it changed the graph.

@@ -9,6 +9,7 @@ std::vector<std::unique_ptr<GraphPass>> default_passes() {
     std::vector<std::unique_ptr<GraphPass>> passes;
     passes.push_back(make_expand_gradient_pass());
     passes.push_back(make_eliminate_identity_pass());
+    passes.push_back(make_fuse_qdq_pass());  // before folding, which would turn each weight's DQ into a float copy
     passes.push_back(make_constant_folding_pass());
     passes.push_back(make_fuse_conv_batchnorm_pass());
     passes.push_back(make_fold_channel_affine_pass());

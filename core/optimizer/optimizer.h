@@ -64,6 +64,7 @@ std::unique_ptr<GraphPass> make_fold_channel_affine_pass();
 std::unique_ptr<GraphPass> make_fuse_conv_activation_pass();
 std::unique_ptr<GraphPass> make_fuse_gelu_pass();
 std::unique_ptr<GraphPass> make_fuse_matmul_bias_pass();
+std::unique_ptr<GraphPass> make_fuse_qdq_pass();
 
 // Replaces every read of `from` by `to` (node inputs only).
 void rename_uses(Graph& graph, const std::string& from, const std::string& to);

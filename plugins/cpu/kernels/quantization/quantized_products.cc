@@ -18,6 +18,7 @@
 #include "util/gemm.h"
 #include "util/im2col.h"
 #include "util/int8_gemm.h"
+#include "util/thread_scratch.h"
 #include "util/type_list.h"
 #include "util/vec_math.h"
 
@@ -376,6 +377,14 @@ private:
         const int64_t channels_per_group = channels / group_, filters_per_group = M / group_;
         const int64_t depth = channels_per_group * g.kernel_size(), positions = g.output_size();
         if (batch * M * positions == 0) return;
+        if (channels_per_group == 1 && filters_per_group == 1 && g.rank() == 2) {
+            dispatch_8bit(X.type, [&]<typename TX>() {
+                dispatch_8bit(W.type, [&]<typename TW>() {
+                    depthwise<TX, TW>(pool, g, X.ptr<TX>(), batch, channels, x_zero, W.ptr<TW>(), w_zero, sums);
+                });
+            });
+            return;
+        }
         const bool pointwise = g.is_pointwise();
         std::vector<uint8_t> columns(pointwise ? 0 : static_cast<size_t>(depth * positions));
         const std::vector<int32_t> x_zero_columns(static_cast<size_t>(positions), x_zero);
@@ -394,6 +403,52 @@ private:
                           sums + (n * M + grp * filters_per_group) * positions, positions);
             }
         }
+    }
+
+    // Depthwise 2-D (one channel per group): per channel and output row, each tap adds (x - x_zero) * (w - w_zero)
+    // over the row's positions whose input lies inside the image; taps on the padding add nothing (padding holds the
+    // zero point).  A direct loop: a GEMM per channel would have one row and kernel-size depth.
+    template <typename TX, typename TW>
+    static void depthwise(ThreadPool& pool, const WindowGeometry& g, const TX* x, int64_t batch, int64_t channels,
+                          int32_t x_zero, const TW* w, const std::vector<int32_t>& w_zero, int32_t* sums) {
+        const int64_t H = g.input[0], W = g.input[1], OH = g.output[0], OW = g.output[1];
+        const int64_t KH = g.kernel[0], KW = g.kernel[1], SH = g.strides[0], SW = g.strides[1];
+        const int64_t DH = g.dilations[0], DW = g.dilations[1], PH = g.pads_begin[0], PW = g.pads_begin[1];
+        pool.parallel_for(batch * channels, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, OH * OW * KH * KW)),
+                          [&](int64_t first, int64_t last) {
+            // The plane's rows widened to int32 and shifted by the zero point, so that the inner loops are plain
+            // int32 multiply-adds the compiler vectorizes (8-bit pointers may alias anything).
+            int32_t* shifted = thread_scratch_buffer<int32_t, 14>(H * W);
+            vec::run_best_isa([&] {
+                for (int64_t nc = first; nc < last; ++nc) {
+                    const int64_t c = nc % channels;
+                    const TX* plane = x + nc * H * W;
+                    for (int64_t i = 0; i < H * W; ++i) shifted[i] = static_cast<int32_t>(plane[i]) - x_zero;
+                    int32_t* __restrict out = sums + nc * OH * OW;
+                    std::fill(out, out + OH * OW, 0);
+                    for (int64_t kh = 0; kh < KH; ++kh) {
+                        for (int64_t kw = 0; kw < KW; ++kw) {
+                            const int32_t wv = static_cast<int32_t>(w[(c * KH + kh) * KW + kw]) - w_zero[c];
+                            // Output columns whose input column ow * SW + offset lies in [0, W).
+                            const int64_t offset = kw * DW - PW;
+                            const int64_t ow_first = offset >= 0 ? 0 : (-offset + SW - 1) / SW;
+                            const int64_t ow_end = std::min(OW, W - offset <= 0 ? 0 : (W - offset + SW - 1) / SW);
+                            for (int64_t oh = 0; oh < OH; ++oh) {
+                                const int64_t ih = oh * SH - PH + kh * DH;
+                                if (ih < 0 || ih >= H) continue;
+                                const int32_t* __restrict in = shifted + ih * W + offset;
+                                int32_t* __restrict row = out + oh * OW;
+                                if (SW == 1) {
+                                    for (int64_t ow = ow_first; ow < ow_end; ++ow) row[ow] += in[ow] * wv;
+                                } else {
+                                    for (int64_t ow = ow_first; ow < ow_end; ++ow) row[ow] += in[ow * SW] * wv;
+                                }
+                            }
+                        }
+                    }
+                }
+            });
+        });
     }
 
     std::string op_;

@@ -1,0 +1,184 @@
+"""The optimizer's QDQ fusion (core/optimizer/fuse_qdq.cc), end to end through sessions.
+
+A QDQ model (what onnxruntime's quantize_static writes by default) wraps float operators in DequantizeLinear and
+QuantizeLinear.  From level 2 (extended) on, Tessera runs such groups as integer operators, as onnxruntime does:
+Conv -> QLinearConv, MatMul -> QLinearMatMul (or com.microsoft MatMulIntegerToFloat with a float output), Gemm ->
+com.microsoft QGemm, GlobalAveragePool -> com.microsoft QLinearGlobalAveragePool, with the weights kept in 8 bits.
+Checked here on small seeded models: which operators the session runs at each level, and that the fused results
+equal onnxruntime's (which fuses the same groups) exactly; the unfused level 0 is onnxruntime's unoptimized run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tessera
+
+ort = pytest.importorskip("onnxruntime")
+
+RNG = np.random.default_rng(7)
+
+
+class QdqBuilder:
+    def __init__(self, opset=17):
+        self.nodes, self.inits, self.opset, self.count = [], [], opset, 0
+
+    def const(self, array, name=None):
+        self.count += 1
+        name = name or f"c{self.count}"
+        self.inits.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def node(self, op, inputs, **attrs):
+        self.count += 1
+        out = f"v{self.count}"
+        self.nodes.append(helper.make_node(op, inputs, [out], **attrs))
+        return out
+
+    def q(self, x, scale, zero):
+        return self.node("QuantizeLinear", [x, self.const(np.float32(scale)), self.const(zero)])
+
+    def dq(self, x, scale, zero, **attrs):
+        return self.node("DequantizeLinear", [x, self.const(scale), self.const(zero)], **attrs)
+
+    def qdq(self, x, scale, zero):
+        """x (float) quantized and dequantized again: an activation in a QDQ model."""
+        return self.dq(self.q(x, scale, zero), np.float32(scale), zero)
+
+    def weight(self, shape, axis=None, signed=True):
+        """A constant int8 weight with per-tensor (axis None) or per-channel scales, dequantized; its scales are
+        kept in self.weight_scales (for the bias)."""
+        data = RNG.integers(-127, 128, shape).astype(np.int8) if signed else \
+            RNG.integers(0, 256, shape).astype(np.uint8)
+        zero_type = np.int8 if signed else np.uint8
+        if axis is None:
+            self.weight_scales = np.float32(0.02)
+            return self.dq(self.const(data), self.weight_scales, zero_type(0 if signed else 128))
+        channels = shape[axis]
+        self.weight_scales = RNG.uniform(0.005, 0.03, channels).astype(np.float32)
+        zeros = np.zeros(channels, zero_type) if signed else np.full(channels, 128, zero_type)
+        return self.dq(self.const(data), self.weight_scales, zeros, axis=axis)
+
+    def bias(self, n, x_scale, scale=None):
+        """An int32 bias in the product's scale (x_scale times the weight's scales), as quantizers write it."""
+        scale = (np.float32(x_scale) * self.weight_scales).astype(np.float32) if scale is None else np.float32(scale)
+        values = self.const(RNG.integers(-500, 500, n).astype(np.int32))
+        if np.ndim(scale) == 0:
+            return self.dq(values, scale, np.int32(0))
+        return self.dq(values, scale, np.zeros(n, np.int32), axis=0)
+
+    def model(self, inputs, output):
+        graph = helper.make_graph(self.nodes, "qdq", inputs, [helper.make_tensor_value_info(output, TensorProto.FLOAT,
+                                                                                            None)], self.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+        model.ir_version = 9
+        return model
+
+
+def conv_model(group=1, per_channel=True, bias=True, float_bias=False, bias_scale=None):
+    b = QdqBuilder()
+    x = b.qdq("x", 0.05, np.uint8(120))
+    cin, cout = 8, 8 if group > 1 else 16
+    w = b.weight((cout, cin // group, 3, 3), axis=0 if per_channel else None)
+    inputs = [x, w]
+    if bias:
+        inputs.append(b.const(RNG.standard_normal(cout).astype(np.float32)) if float_bias
+                      else b.bias(cout, 0.05, bias_scale))
+    y = b.node("Conv", inputs, pads=[1, 1, 1, 1], group=group)
+    out = b.dq(b.q(y, 0.1, np.uint8(128)), np.float32(0.1), np.uint8(128))
+    return b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, 9, 11])], out), \
+        {"x": RNG.standard_normal((1, cin, 9, 11)).astype(np.float32)}
+
+
+def matmul_model(quantized_output=True, per_column=False):
+    b = QdqBuilder()
+    a = b.qdq("a", 0.04, np.uint8(128))
+    y = b.node("MatMul", [a, b.weight((24, 12), axis=1 if per_column else None)])
+    if quantized_output:
+        y = b.dq(b.q(y, 0.08, np.uint8(100)), np.float32(0.08), np.uint8(100))
+    return b.model([helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, 5, 24])], y), \
+        {"a": RNG.standard_normal((3, 5, 24)).astype(np.float32)}
+
+
+def gemm_model(quantized_output):
+    b = QdqBuilder()
+    a = b.qdq("a", 0.04, np.uint8(128))
+    y = b.node("Gemm", [a, b.weight((10, 20), axis=None), b.bias(10, 0.04)], transB=1)
+    if quantized_output:
+        y = b.dq(b.q(y, 0.08, np.uint8(100)), np.float32(0.08), np.uint8(100))
+    return b.model([helper.make_tensor_value_info("a", TensorProto.FLOAT, [4, 20])], y), \
+        {"a": RNG.standard_normal((4, 20)).astype(np.float32)}
+
+
+def pool_model():
+    b = QdqBuilder()
+    x = b.qdq("x", 0.05, np.uint8(120))
+    y = b.node("GlobalAveragePool", [x])
+    y = b.dq(b.q(y, 0.01, np.uint8(128)), np.float32(0.01), np.uint8(128))
+    return b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 5, 7])], y), \
+        {"x": RNG.standard_normal((2, 6, 5, 7)).astype(np.float32)}
+
+
+# (model, the integer operator the group becomes, or None where it must stay as it is)
+CASES = {
+    "conv-per-channel-bias": (lambda: conv_model(), "QLinearConv"),
+    "conv-per-tensor-no-bias": (lambda: conv_model(per_channel=False, bias=False), "QLinearConv"),
+    "conv-float-bias": (lambda: conv_model(float_bias=True), None),  # QLinearConv takes only an int32 bias
+    "conv-bias-in-another-scale": (lambda: conv_model(bias_scale=0.001), None),  # its int32 values would change
+    "conv-depthwise": (lambda: conv_model(group=8), None),  # the float depthwise kernel is faster (fuse_qdq.cc)
+    "matmul": (lambda: matmul_model(), "QLinearMatMul"),
+    "matmul-per-column": (lambda: matmul_model(per_column=True), "QLinearMatMul"),
+    "matmul-float-output": (lambda: matmul_model(quantized_output=False), "com.microsoft:MatMulIntegerToFloat"),
+    "gemm-float-output": (lambda: gemm_model(False), "com.microsoft:QGemm"),
+    "gemm-quantized-output": (lambda: gemm_model(True), "com.microsoft:QGemm"),
+    "global-average-pool": (pool_model, "com.microsoft:QLinearGlobalAveragePool"),
+}
+
+
+def session_ops(session):
+    return sorted(op for p in session.get_partitions() for op in p["ops"])
+
+
+def onnxruntime_run(model, feeds, level):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = level
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_qdq_group_runs_as_integer_operator(name):
+    build, fused_op = CASES[name]
+    model, feeds = build()
+    plain = tessera.InferenceSession(model, optimization_level=0)
+    assert "DequantizeLinear" in session_ops(plain)
+    np.testing.assert_allclose(plain.run(None, feeds)[0],
+                               onnxruntime_run(model, feeds, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)[0],
+                               rtol=1e-5, atol=1e-5)
+    for level in (2, 3):
+        session = tessera.InferenceSession(model, optimization_level=level)
+        ops = session_ops(session)
+        if fused_op is None:
+            assert not any(op.startswith("QLinear") or op.startswith("com.microsoft:") for op in ops), ops
+            continue
+        assert fused_op in ops, f"level {level}: {ops}"
+        # The weight's DequantizeLinear is gone (its 8-bit values feed the integer operator).
+        assert ops.count("DequantizeLinear") <= 2, ops
+        ours = session.run(None, feeds)[0]
+        theirs = onnxruntime_run(model, feeds, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)[0]
+        np.testing.assert_array_equal(ours, theirs, err_msg=f"{name} at level {level} against onnxruntime")
+
+
+def test_blocked_dequantization_is_not_fused():
+    """A DequantizeLinear with block_size (opset 21) has no integer-operator equivalent here."""
+    b = QdqBuilder(opset=21)
+    a = b.qdq("a", 0.04, np.uint8(128))
+    w = b.dq(b.const(RNG.integers(-127, 128, (8, 4)).astype(np.int8)),
+             RNG.uniform(0.01, 0.02, (2, 4)).astype(np.float32), np.zeros((2, 4), np.int8), axis=0, block_size=4)
+    y = b.dq(b.q(b.node("MatMul", [a, w]), 0.08, np.uint8(100)), np.float32(0.08), np.uint8(100))
+    model = b.model([helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, 8])], y)
+    session = tessera.InferenceSession(model, optimization_level=3)
+    assert "QLinearMatMul" not in session_ops(session)
+    session.run(None, {"a": RNG.standard_normal((3, 8)).astype(np.float32)})
