@@ -20,6 +20,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+import quantized_models
+
 VERSION = 1
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BACKEND_DATA = pathlib.Path(os.environ.get("TESSERA_BACKEND_DATA", ROOT.parent / "shared" / "onnx-backend-data"))
@@ -395,6 +397,8 @@ def check_output(name, model_path, feeds):
 
 def build(name, cache_dir):
     """The path of the cached model (built on first use), its inputs and its metadata."""
+    if name in quantized_models.NAMES:
+        return build_quantized(name, cache_dir)
     directory = pathlib.Path(cache_dir) / f"v{VERSION}"
     directory.mkdir(parents=True, exist_ok=True)
     path, meta_path = directory / f"{name}.onnx", directory / f"{name}.json"
@@ -418,3 +422,31 @@ def build(name, cache_dir):
     meta = json.loads(meta_path.read_text())
     model = None if name == "bert" else onnx.load(str(path))  # BERT's inputs need no model
     return path, make_inputs(name, model), meta
+
+
+def build_quantized(name, cache_dir):
+    """A model of quantized_models.py, made from its float32 source (built first) by onnxruntime's tools."""
+    directory = pathlib.Path(cache_dir) / f"v{VERSION}"
+    directory.mkdir(parents=True, exist_ok=True)
+    path, meta_path = directory / f"{name}.onnx", directory / f"{name}.json"
+    source = name.split("-int8-")[0] if "-int8-" in name else None
+    if source is not None:
+        source_path, _, source_meta = build(source, cache_dir)
+        source_model = None if source == "bert" else onnx.load(str(source_path))
+        inputs = lambda offset=0: make_inputs(source, source_model, seed_offset=offset)  # noqa: E731
+    else:
+        inputs = quantized_models.decoder_inputs
+    if not (path.is_file() and meta_path.is_file()):
+        tmp = path.with_suffix(".onnx.tmp")
+        if source is not None:
+            quantized_models.build(name, source_path, inputs, tmp)
+            macs = source_meta["macs"]
+        else:
+            quantized_models.build_decoder(tmp)
+            macs = sum(next(a.i for a in n.attribute if a.name == "K") * next(a.i for a in n.attribute if a.name == "N")
+                       for n in onnx.load(str(tmp)).graph.node if n.op_type == "MatMulNBits")
+        meta = {"name": name, "version": VERSION, "source": source or "llm_decoder", "macs": macs,
+                "output_stats": check_output(name, tmp, inputs())}
+        os.replace(tmp, path)
+        meta_path.write_text(json.dumps(meta, indent=1))
+    return path, inputs(), json.loads(meta_path.read_text())

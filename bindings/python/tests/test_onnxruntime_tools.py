@@ -1,10 +1,11 @@
 """Models made by onnxruntime's own tools, as users deploy them, run by Tessera and checked against onnxruntime.
 
 Each model is built here at test time: a float32 MobileNetV2 and a small BERT encoder (the benchmark builders,
-benchmarks/models.py, seeded) and a Llama-style decoder with GroupQueryAttention and a key/value cache (built
-below, as onnxruntime-genai's builder shapes one; checked on a prompt and on a decoding step after a cache), then
-passed through one tool -- `quantize_dynamic`, `quantize_static` (QDQ and QOperator formats),
-`MatMulNBitsQuantizer`, the transformers optimizer, or an onnxruntime session that saves its optimized graph.  Tessera's outputs are compared with onnxruntime's (all optimizations on) and judged against the
+benchmarks/models.py, seeded) and a Llama-style decoder with GroupQueryAttention and a key/value cache (built in
+benchmarks/quantized_models.py, as onnxruntime-genai's builder shapes one; checked on a prompt and on a decoding
+step after a cache), then passed through one tool -- `quantize_dynamic`, `quantize_static` (QDQ and QOperator
+formats), `MatMulNBitsQuantizer`, the transformers optimizer, or an onnxruntime session that saves its optimized
+graph.  Tessera's outputs are compared with onnxruntime's (all optimizations on) and judged against the
 noise onnxruntime itself shows (see INPUTS below) plus a floor of a few ulps of the output's magnitude.
 
 On a quantized model that noise is a few quanta of the output (one rounding crossing, carried on), so these
@@ -33,6 +34,7 @@ quantization = pytest.importorskip("onnxruntime.quantization")
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "benchmarks"))
 import models  # noqa: E402  (benchmarks/models.py: the seeded model builders)
+import quantized_models  # noqa: E402  (benchmarks/quantized_models.py: the Llama-style decoder)
 
 # The quantization tools log every node they visit.
 logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
@@ -69,88 +71,12 @@ def mobilenet_feeds(rng):
     return {"input": rng.standard_normal((1, 3, 224, 224), dtype=np.float32)}
 
 
+# A small decoder of quantized_models.py's shape (the benchmark's is Llama-sized).
 DECODER_SHAPE = dict(layers=2, hidden=128, heads=4, kv_heads=2, ffn=256, vocab=256, max_positions=64)
 
 
-def llm_decoder(seed, layers, hidden, heads, kv_heads, ffn, vocab, max_positions):
-    """A Llama-style decoder as onnxruntime-genai's builder writes one: RMS norms (SimplifiedLayerNormalization,
-    SkipSimplifiedLayerNormalization), GroupQueryAttention with rotary embedding and a past/present key-value cache
-    per layer, a SiLU-gated MLP, MatMul projections (which MatMulNBitsQuantizer turns into MatMulNBits)."""
-    from onnx import TensorProto, helper, numpy_helper
-    rng = np.random.default_rng(seed)
-    head = hidden // heads
-    nodes, inits = [], []
-
-    def weight(name, shape, scale=None):
-        values = rng.standard_normal(shape, dtype=np.float32) * (scale or 1.0 / np.sqrt(shape[0]))
-        inits.append(numpy_helper.from_array(values.astype(np.float32), name))
-        return name
-
-    def norm_weight(name):
-        inits.append(numpy_helper.from_array((1.0 + 0.1 * rng.standard_normal(hidden)).astype(np.float32), name))
-        return name
-
-    inverse_frequency = 1.0 / (10000.0 ** (np.arange(0, head, 2, dtype=np.float64) / head))
-    angles = np.outer(np.arange(max_positions, dtype=np.float64), inverse_frequency)
-    inits.append(numpy_helper.from_array(np.cos(angles).astype(np.float32), "cos_cache"))
-    inits.append(numpy_helper.from_array(np.sin(angles).astype(np.float32), "sin_cache"))
-    nodes.append(helper.make_node("Gather", [weight("embed", (vocab, hidden), 1.0), "input_ids"], ["x0"]))
-    graph_inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
-                    helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["batch"]),
-                    helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, [])]
-    graph_outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "sequence", vocab])]
-    x = "x0"
-    for i in range(layers):
-        p = f"layers.{i}."
-        cache = ["batch", kv_heads, "past", head]
-        present = ["batch", kv_heads, "total", head]
-        for kind in ("key", "value"):
-            graph_inputs.append(helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", TensorProto.FLOAT, cache))
-            graph_outputs.append(helper.make_tensor_value_info(f"present.{i}.{kind}", TensorProto.FLOAT, present))
-        nodes.append(helper.make_node("SimplifiedLayerNormalization", [x, norm_weight(p + "input_norm")],
-                                      [p + "h"], axis=-1, epsilon=1e-6))
-        for name, width in (("q", hidden), ("k", kv_heads * head), ("v", kv_heads * head)):
-            nodes.append(helper.make_node("MatMul", [p + "h", weight(p + name + "_proj", (hidden, width))],
-                                          [p + name]))
-        nodes.append(helper.make_node(
-            "GroupQueryAttention",
-            [p + "q", p + "k", p + "v", f"past_key_values.{i}.key", f"past_key_values.{i}.value", "seqlens_k",
-             "total_sequence_length", "cos_cache", "sin_cache"],
-            [p + "attn", f"present.{i}.key", f"present.{i}.value"],
-            domain="com.microsoft", num_heads=heads, kv_num_heads=kv_heads, do_rotary=1))
-        nodes.append(helper.make_node("MatMul", [p + "attn", weight(p + "o_proj", (hidden, hidden))], [p + "o"]))
-        nodes.append(helper.make_node("SkipSimplifiedLayerNormalization",
-                                      [p + "o", x, norm_weight(p + "post_attention_norm")],
-                                      [p + "h2", "", "", p + "residual"], domain="com.microsoft", epsilon=1e-6))
-        nodes.append(helper.make_node("MatMul", [p + "h2", weight(p + "gate_proj", (hidden, ffn))], [p + "gate"]))
-        nodes.append(helper.make_node("MatMul", [p + "h2", weight(p + "up_proj", (hidden, ffn))], [p + "up"]))
-        nodes.append(helper.make_node("Sigmoid", [p + "gate"], [p + "gate_sigmoid"]))
-        nodes.append(helper.make_node("Mul", [p + "gate", p + "gate_sigmoid"], [p + "silu"]))
-        nodes.append(helper.make_node("Mul", [p + "silu", p + "up"], [p + "act"]))
-        nodes.append(helper.make_node("MatMul", [p + "act", weight(p + "down_proj", (ffn, hidden))], [p + "down"]))
-        nodes.append(helper.make_node("Add", [p + "residual", p + "down"], [p + "out"]))
-        x = p + "out"
-    nodes.append(helper.make_node("SimplifiedLayerNormalization", [x, norm_weight("final_norm")], ["final"],
-                                  axis=-1, epsilon=1e-6))
-    nodes.append(helper.make_node("MatMul", ["final", weight("lm_head", (hidden, vocab))], ["logits"]))
-    graph = helper.make_graph(nodes, "decoder", graph_inputs, graph_outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = 9
-    return model
-
-
 def decoder_feeds(rng, batch, past, sequence):
-    """One step: `sequence` new tokens after a cache of `past` (random: any cache is a valid state)."""
-    shape = DECODER_SHAPE
-    head = shape["hidden"] // shape["heads"]
-    feeds = {"input_ids": rng.integers(0, shape["vocab"], (batch, sequence), dtype=np.int64),
-             "seqlens_k": np.full(batch, past + sequence - 1, np.int32),
-             "total_sequence_length": np.array(past + sequence, np.int32)}
-    for i in range(shape["layers"]):
-        for kind in ("key", "value"):
-            feeds[f"past_key_values.{i}.{kind}"] = rng.standard_normal(
-                (batch, shape["kv_heads"], past, head), dtype=np.float32)
-    return feeds
+    return quantized_models.decoder_feeds(rng, DECODER_SHAPE, batch, past, sequence)
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +89,7 @@ def sources(tmp_path_factory):
     bert = directory / "bert.onnx"
     onnx.save(models.bert(12, **BERT_SHAPE), bert)
     decoder = directory / "decoder.onnx"
-    onnx.save(llm_decoder(7, **DECODER_SHAPE), decoder)
+    onnx.save(quantized_models.llm_decoder(7, **DECODER_SHAPE), decoder)
     # A prompt of 8 tokens, then one decoding step after a cache of 8 for a batch of 2.
     decoder_steps = [decoder_feeds(rng, 1, 0, 8), decoder_feeds(rng, 2, 8, 1)]
     return {

@@ -12,9 +12,11 @@
 //   bias         optional, A's type, [N].
 //   W[n, k] = (q - zero_point) * scale, in float.
 //
-// The weight stays in its packed form (a quarter of float's bytes at 8 bits, an eighth at 4).  Each task takes a
-// tile of columns, decodes its blocks into a small float panel in the thread's scratch (L1/L2-resident: never a
-// float copy of the whole weight) and multiplies all of A's rows against it on the packed float micro-kernel.
+// The weight stays in its packed form (a quarter of float's bytes at 8 bits, an eighth at 4).  For a few rows of A
+// (generating tokens) each column's blocks are decoded in vector registers and multiplied into the rows directly;
+// for more rows each task takes a tile of columns, decodes its blocks into a small float panel in the thread's
+// scratch (L1/L2-resident: never a float copy of the whole weight) and multiplies all of A's rows against it on the
+// packed float micro-kernel.
 // accuracy_level (onnxruntime's choice of an int8 compute path) is accepted; the products are float.
 #include <algorithm>
 #include <cstring>
@@ -26,6 +28,7 @@
 #include "util/compute_cast.h"
 #include "util/gemm.h"
 #include "util/thread_scratch.h"
+#include "util/vec_math.h"
 
 namespace tessera::cpu {
 
@@ -48,6 +51,17 @@ public:
         if (K_ <= 0 || N_ <= 0) throw KernelError("MatMulNBits: K and N must be positive");
         blocks_ = (K_ + block_size_ - 1) / block_size_;
         blob_bytes_ = block_size_ * bits_ / 8;
+        // Packed zero points that are constant (or absent: 2^(bits - 1)) are unpacked once, a byte per block.
+        if (!info.has_input(3)) {
+            block_zeros_.assign(static_cast<size_t>(N_ * blocks_), static_cast<uint8_t>(1u << (bits_ - 1)));
+        } else if (const std::optional<Tensor> z = info.constant_tensor(3);
+                   z && z->type == TESS_ELEMENT_UINT8 && z->size() == N_ * ((blocks_ * bits_ + 7) / 8)) {
+            const int64_t row_bytes = (blocks_ * bits_ + 7) / 8;
+            block_zeros_.resize(static_cast<size_t>(N_ * blocks_));
+            for (int64_t n = 0; n < N_; ++n)
+                for (int64_t b = 0; b < blocks_; ++b)
+                    block_zeros_[n * blocks_ + b] = static_cast<uint8_t>(unpack(z->ptr<uint8_t>() + n * row_bytes, b));
+        }
     }
 
     void compute(KernelContext& ctx) const override {
@@ -95,6 +109,11 @@ public:
         const float* a_data = a.data();
         const float* bias_data = bias.data();
         float* out = y.data();
+        if (M <= kGemvRows && g_idx == nullptr && gemv_supported()) {
+            gemv(pool, M, a_data, packed, scales.data(), zero, bias_data, out);
+            y.finish(pool);
+            return;
+        }
         const int64_t tiles = (N_ + kTileColumns - 1) / kTileColumns;
         const bool use_packed = packed_gemm_supported();
         if (!use_packed) check_gemm_dimensions(M, kTileColumns, K_);
@@ -188,8 +207,123 @@ private:
         }
     }
 
+    // A few rows of A (token generation: one): each column's blocks are decoded in vector registers and multiplied
+    // into the rows as they are read, never stored.  The 4-bit values of a byte pair with A's even and odd
+    // elements, so A is split into those two halves once (zero-padded to whole blocks).  Each block's products sum
+    // (q - zero) * a, then scale once.
+    static constexpr int64_t kGemvRows = 4;
+
+    bool gemv_supported() const {
+        // Whole 16-byte groups per block: 4 bits from blocks of 32, 8 bits from blocks of 16.
+        return (bits_ == 4 || bits_ == 8) && blob_bytes_ % 16 == 0;
+    }
+
+    void gemv(ThreadPool& pool, int64_t M, const float* a, const uint8_t* packed, const float* scales,
+              const ZeroPoints& zero, const float* bias, float* out) const {
+        const int64_t padded = blocks_ * block_size_;
+        // bits 4: [M][2][padded / 2] (even elements, then odd);  bits 8: [M][padded].
+        float* split = thread_scratch_buffer<float, 22>(M * padded);
+        std::fill(split, split + M * padded, 0.0f);
+        for (int64_t m = 0; m < M; ++m)
+            for (int64_t k = 0; k < K_; ++k)
+                split[m * padded + (bits_ == 4 ? (k % 2) * (padded / 2) + k / 2 : k)] = a[m * K_ + k];
+        constexpr int64_t kColumnsPerTask = 16;
+        const int64_t blocks = blocks_, blob = blob_bytes_, block = block_size_, N = N_;
+        const bool float_zero = !zero.values.empty();
+        pool.parallel_for((N + kColumnsPerTask - 1) / kColumnsPerTask, 1, [&](int64_t first, int64_t last) {
+            const int64_t n_end = std::min(N, last * kColumnsPerTask);
+            float* zeros = thread_scratch_buffer<float, 23>(blocks);
+            const bool unpacked = !block_zeros_.empty() && !float_zero;
+            vec::run_best_isa([&] {
+                for (int64_t n = first * kColumnsPerTask; n < n_end; ++n) {
+                    if (unpacked) {
+                        const uint8_t* z = block_zeros_.data() + n * blocks;
+                        for (int64_t b = 0; b < blocks; ++b) zeros[b] = z[b];
+                    } else {
+                        for (int64_t b = 0; b < blocks; ++b) zeros[b] = zero_point(zero, n, b);
+                    }
+                    float sums[kGemvRows];
+                    const uint8_t* column = packed + n * blocks * blob;
+                    const float* column_scales = scales + n * blocks;
+                    const Column c{column, column_scales, zeros, float_zero, blocks, blob, block, split, padded};
+                    switch (M * 16 + bits_) {
+                        case 16 + 4: gemv_column<4, 1>(c, sums); break;
+                        case 32 + 4: gemv_column<4, 2>(c, sums); break;
+                        case 48 + 4: gemv_column<4, 3>(c, sums); break;
+                        case 64 + 4: gemv_column<4, 4>(c, sums); break;
+                        case 16 + 8: gemv_column<8, 1>(c, sums); break;
+                        case 32 + 8: gemv_column<8, 2>(c, sums); break;
+                        case 48 + 8: gemv_column<8, 3>(c, sums); break;
+                        default: gemv_column<8, 4>(c, sums); break;
+                    }
+                    for (int64_t m = 0; m < M; ++m) out[m * N + n] = bias != nullptr ? sums[m] + bias[n] : sums[m];
+                }
+            });
+        });
+    }
+
+    struct Column {
+        const uint8_t* data;
+        const float* scales;
+        const float* zeros;  // per block
+        bool float_zero;
+        int64_t blocks, blob, block;
+        const float* split;
+        int64_t padded;
+    };
+
+    // One column of W against Rows rows of A (split as gemv describes): sums[m] = sum_k W[n, k] * A[m, k].
+    template <int Bits, int Rows>
+    [[gnu::always_inline]] static inline void gemv_column(const Column& c, float* sums) {
+        using V16u8 = uint8_t __attribute__((vector_size(16)));
+        using V16i = int32_t __attribute__((vector_size(64)));
+        using V16f = float __attribute__((vector_size(64)));
+        V16f total[Rows] = {};
+        for (int64_t b = 0; b < c.blocks; ++b) {
+            __builtin_prefetch(c.data + b * c.blob + 1024);  // the weight streams from memory once per token
+            const float zf = c.zeros[b];
+            const V16i zi = V16i{} + static_cast<int32_t>(zf);
+            V16f acc[Rows] = {};
+            for (int64_t g = 0; g < c.blob; g += 16) {
+                V16u8 bytes;
+                std::memcpy(&bytes, c.data + b * c.blob + g, 16);
+                if constexpr (Bits == 4) {
+                    const V16i lo = __builtin_convertvector(bytes & 15, V16i);
+                    const V16i hi = __builtin_convertvector(bytes >> 4, V16i);
+                    const V16f wl = c.float_zero ? __builtin_convertvector(lo, V16f) - zf
+                                                 : __builtin_convertvector(lo - zi, V16f);
+                    const V16f wh = c.float_zero ? __builtin_convertvector(hi, V16f) - zf
+                                                 : __builtin_convertvector(hi - zi, V16f);
+                    const int64_t at = b * c.block / 2 + g;  // this group's first pair
+                    for (int m = 0; m < Rows; ++m) {
+                        V16f ae, ao;
+                        std::memcpy(&ae, c.split + m * c.padded + at, sizeof ae);
+                        std::memcpy(&ao, c.split + m * c.padded + c.padded / 2 + at, sizeof ao);
+                        acc[m] += wl * ae + wh * ao;
+                    }
+                } else {
+                    const V16i q = __builtin_convertvector(bytes, V16i);
+                    const V16f w = c.float_zero ? __builtin_convertvector(q, V16f) - zf
+                                                : __builtin_convertvector(q - zi, V16f);
+                    for (int m = 0; m < Rows; ++m) {
+                        V16f av;
+                        std::memcpy(&av, c.split + m * c.padded + b * c.block + g, sizeof av);
+                        acc[m] += w * av;
+                    }
+                }
+            }
+            for (int m = 0; m < Rows; ++m) total[m] += acc[m] * c.scales[b];
+        }
+        for (int m = 0; m < Rows; ++m) {
+            float sum = 0;
+            for (int lane = 0; lane < 16; ++lane) sum += total[m][lane];
+            sums[m] = sum;
+        }
+    }
+
     int64_t K_, N_, bits_, block_size_;
     int64_t blocks_ = 0, blob_bytes_ = 0;
+    std::vector<uint8_t> block_zeros_;  // [N * blocks] when the zero points are constant and packed (or absent)
 };
 
 }  // namespace
