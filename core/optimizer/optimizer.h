@@ -65,6 +65,7 @@ std::unique_ptr<GraphPass> make_fuse_conv_activation_pass();
 std::unique_ptr<GraphPass> make_fuse_gelu_pass();
 std::unique_ptr<GraphPass> make_fuse_matmul_bias_pass();
 std::unique_ptr<GraphPass> make_fuse_qdq_pass();
+std::unique_ptr<GraphPass> make_fuse_dynamic_quantization_pass();
 
 // Replaces every read of `from` by `to` (node inputs only).
 void rename_uses(Graph& graph, const std::string& from, const std::string& to);

@@ -1,4 +1,5 @@
-"""The optimizer's QDQ fusion (core/optimizer/fuse_qdq.cc), end to end through sessions.
+"""The optimizer's quantized-model fusions (core/optimizer/fuse_qdq.cc, fuse_dynamic_quantization.cc), end to end
+through sessions.
 
 A QDQ model (what onnxruntime's quantize_static writes by default) wraps float operators in DequantizeLinear and
 QuantizeLinear.  From level 2 (extended) on, Tessera runs such groups as integer operators, as onnxruntime does:
@@ -182,3 +183,27 @@ def test_blocked_dequantization_is_not_fused():
     session = tessera.InferenceSession(model, optimization_level=3)
     assert "QLinearMatMul" not in session_ops(session)
     session.run(None, {"a": RNG.standard_normal((3, 8)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("bias,per_column", [(True, False), (False, True)])
+def test_dynamic_quantization_tail_becomes_matmul_integer_to_float(bias, per_column):
+    """quantize_dynamic's MatMul: DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul(Mul(a_scale, b_scale))
+    [-> Add bias] runs as one MatMulIntegerToFloat from level 2 on, with exactly the chain's results."""
+    b = QdqBuilder()
+    a_q, a_scale, a_zero = "a_q", "a_scale", "a_zero"
+    b.nodes.append(helper.make_node("DynamicQuantizeLinear", ["a"], [a_q, a_scale, a_zero]))
+    weights = b.const(RNG.integers(-127, 128, (16, 10)).astype(np.int8))
+    b_scale = b.const(RNG.uniform(0.01, 0.02, 10 if per_column else ()).astype(np.float32))
+    b_zero = b.const(np.zeros(10 if per_column else (), np.int8))
+    y = b.node("MatMulInteger", [a_q, weights, a_zero, b_zero])
+    y = b.node("Cast", [y], to=TensorProto.FLOAT)
+    y = b.node("Mul", [y, b.node("Mul", [a_scale, b_scale])])
+    if bias:
+        y = b.node("Add", [y, b.const(RNG.standard_normal(10).astype(np.float32))])
+    model = b.model([helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 7, 16])], y)
+    feeds = {"a": RNG.standard_normal((2, 7, 16)).astype(np.float32)}
+    reference = tessera.InferenceSession(model, optimization_level=0).run(None, feeds)[0]
+    session = tessera.InferenceSession(model, optimization_level=3)
+    ops = session_ops(session)
+    assert "com.microsoft:MatMulIntegerToFloat" in ops and "MatMulInteger" not in ops and "Cast" not in ops, ops
+    np.testing.assert_array_equal(session.run(None, feeds)[0], reference)

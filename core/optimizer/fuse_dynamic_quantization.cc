@@ -1,0 +1,114 @@
+// Fuses the tail of a dynamically quantized MatMul, as onnxruntime's quantize_dynamic writes it, into one
+// com.microsoft MatMulIntegerToFloat (as onnxruntime's optimizer does):
+//
+//   a_q, a_scale, a_zero = DynamicQuantizeLinear(a)
+//   MatMulInteger(a_q, B, a_zero, b_zero) -> Cast(to float) -> Mul(., Mul(a_scale, b_scale)) [-> Add(., bias)]
+//     => MatMulIntegerToFloat(a_q, B, a_scale, b_scale, a_zero, b_zero [, bias])
+//
+// B, b_scale, b_zero and the bias are constants.  The fused kernel computes exactly what the chain does -- the int32
+// sum converted to float, multiplied by the float product of the scales, then the bias added -- without writing the
+// int32 product, its float copy and the scaled copy to memory in between.  The DynamicQuantizeLinear stays (its
+// outputs often feed several products).
+#include "optimizer/fusion_util.h"
+#include "optimizer/optimizer.h"
+
+namespace tessera {
+
+namespace {
+
+bool is_op(const Node& node, const char* op, size_t inputs, size_t outputs = 1) {
+    return node.domain.empty() && node.op_type == op && node.inputs.size() >= inputs && node.outputs.size() == outputs;
+}
+
+class FuseDynamicQuantization : public GraphPass {
+public:
+    const char* name() const override { return "fuse-dynamic-quantization"; }
+    OptimizationLevel level() const override { return OptimizationLevel::Extended; }
+
+    bool run(Graph& graph, const PassContext& context) const override {
+        if (!context.placement) return false;
+        return fusion::apply_where_placed(graph, context, find(graph));
+    }
+
+private:
+    static std::vector<fusion::Candidate> find(const Graph& graph) {
+        std::vector<fusion::Candidate> found;
+        const auto producers = graph.producers();
+        fusion::ChainWalk walk(graph);
+        auto producer = [&](const std::string& value) -> const Node* {
+            auto it = producers.find(value);
+            return it == producers.end() ? nullptr : &graph.nodes[it->second];
+        };
+        for (size_t n = 0; n < graph.nodes.size(); ++n) {
+            const Node& product = graph.nodes[n];
+            if (!is_op(product, "MatMulInteger", 2) || walk.taken[n] || !graph.is_constant(product.inputs[1]))
+                continue;
+            // A comes from a DynamicQuantizeLinear whose scale and zero point are used here.
+            const Node* quantize = producer(product.inputs[0]);
+            if (quantize == nullptr || !is_op(*quantize, "DynamicQuantizeLinear", 1, 3) || product.inputs.size() < 3 ||
+                product.inputs[2] != quantize->outputs[2])
+                continue;
+            const std::string b_zero = product.inputs.size() > 3 ? product.inputs[3] : std::string();
+            if (!b_zero.empty() && !graph.is_constant(b_zero)) continue;
+            size_t cast_index = 0, mul_index = 0;
+            if (!walk.single_reader(product.outputs[0], cast_index)) continue;
+            const Node& cast = graph.nodes[cast_index];
+            if (!is_op(cast, "Cast", 1) || fusion::int_attribute(cast, "to", 0) != onnx::TensorProto::FLOAT) continue;
+            if (!walk.single_reader(cast.outputs[0], mul_index)) continue;
+            const Node& mul = graph.nodes[mul_index];
+            if (!is_op(mul, "Mul", 2) || mul.inputs.size() != 2) continue;
+            const std::string& scale = mul.inputs[0] == cast.outputs[0] ? mul.inputs[1] : mul.inputs[0];
+            // scale = Mul(a_scale, b_scale): the float product of the two, as MatMulIntegerToFloat forms it.
+            const Node* scales = producer(scale);
+            if (scales == nullptr || !is_op(*scales, "Mul", 2) || scales->inputs.size() != 2) continue;
+            const std::string& a_scale = quantize->outputs[1];
+            std::string b_scale;
+            if (scales->inputs[0] == a_scale) b_scale = scales->inputs[1];
+            else if (scales->inputs[1] == a_scale) b_scale = scales->inputs[0];
+            if (b_scale.empty() || !fusion::constant_floats(graph, b_scale)) continue;
+            // The product's columns, for the bias and a per-column scale.
+            const auto b_dims = fusion::constant_dims(graph, product.inputs[1]);
+            if (!b_dims || b_dims->size() != 2) continue;
+            const int64_t N = (*b_dims)[1];
+            const auto b_scale_values = fusion::constant_floats(graph, b_scale);
+            if (b_scale_values->size() != 1 && static_cast<int64_t>(b_scale_values->size()) != N) continue;
+
+            fusion::Candidate c;
+            c.nodes = {n, cast_index, mul_index};
+            std::string output = mul.outputs[0];
+            std::string bias;
+            size_t add_index = 0;
+            if (walk.single_reader(output, add_index)) {
+                const Node& add = graph.nodes[add_index];
+                if (is_op(add, "Add", 2) && add.inputs.size() == 2) {
+                    const std::string& other = add.inputs[0] == output ? add.inputs[1] : add.inputs[0];
+                    const auto dims = fusion::constant_dims(graph, other);
+                    if (dims && dims->size() == 1 && (*dims)[0] == N && fusion::constant_floats(graph, other, N)) {
+                        bias = other;
+                        c.nodes.push_back(add_index);
+                        output = add.outputs[0];
+                    }
+                }
+            }
+            Node fused;
+            fused.name = (product.name.empty() ? output : product.name) + "_to_float";
+            fused.op_type = "MatMulIntegerToFloat";
+            fused.domain = "com.microsoft";
+            fused.inputs = {product.inputs[0], product.inputs[1], a_scale, b_scale, quantize->outputs[2], b_zero};
+            if (!bias.empty()) fused.inputs.push_back(bias);
+            fused.outputs = {output};
+            for (size_t k : c.nodes) walk.taken[k] = true;
+            c.fused = std::move(fused);
+            found.push_back(std::move(c));
+        }
+        return found;
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<GraphPass> make_fuse_dynamic_quantization_pass() {
+    return std::make_unique<FuseDynamicQuantization>();
+}
+
+}  // namespace tessera
