@@ -11,6 +11,8 @@
 // Both run on the exact int32 sums of util/int8_gemm.h (VNNI or AMX where the CPU has them) with B packed once
 // when constant, and finish in onnxruntime's order: the int32 sum converted to float, multiplied by the float
 // product of the scales, then the bias added, each step rounded to float.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -21,6 +23,7 @@
 #include "kernels/all_kernels.h"
 #include "kernels/quantization/integer_matmul.h"
 #include "kernels/quantization/quantize_support.h"
+#include "util/cpu_isa.h"
 #include "util/thread_scratch.h"
 
 namespace tessera::cpu {
@@ -52,25 +55,59 @@ ColumnScales column_scales(const std::string& op, float a_scale, const Tensor& b
     return scales;
 }
 
+// One row: y[n] = float(sum[n]) * scale[n] + bias[n] (scale[0] for all when `uniform`; no bias when null), in place
+// over the int32 sums.  A multiply, then an add, each rounded, as onnxruntime's output processor does: contraction
+// into FMAs is off here, and the AVX-512 copy uses explicit multiply and add instructions.
+[[gnu::target("avx512f"), gnu::optimize("fp-contract=off")]] void scale_row_avx512(float* y, int64_t n,
+                                                                                  const float* scale, bool uniform,
+                                                                                  const float* bias) {
+    int64_t i = 0;
+    const __m512 splat = _mm512_set1_ps(scale[0]);
+    for (; i + 16 <= n; i += 16) {
+        const __m512 sums = _mm512_cvtepi32_ps(_mm512_loadu_si512(y + i));
+        __m512 v = _mm512_mul_ps(sums, uniform ? splat : _mm512_loadu_ps(scale + i));
+        if (bias != nullptr) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + i));
+        _mm512_storeu_ps(y + i, v);
+    }
+    for (; i < n; ++i) {
+        int32_t sum;
+        std::memcpy(&sum, y + i, sizeof sum);
+        float v = static_cast<float>(sum) * scale[uniform ? 0 : i];
+        if (bias != nullptr) v = v + bias[i];
+        y[i] = v;
+    }
+}
+
+[[gnu::optimize("fp-contract=off")]] void scale_row(float* y, int64_t n, const float* scale, bool uniform,
+                                                     const float* bias) {
+    for (int64_t i = 0; i < n; ++i) {
+        int32_t sum;
+        std::memcpy(&sum, y + i, sizeof sum);
+        float v = static_cast<float>(sum) * scale[uniform ? 0 : i];
+        if (bias != nullptr) v = v + bias[i];
+        y[i] = v;
+    }
+}
+
 // Y (plan.output_shape, float) = float(sums) * scale + bias, in place over the int32 sums that Y's buffer holds.
-// A multiply, then an add (this file is built for the baseline ISA, without FMA), as onnxruntime's output
-// processor rounds them.
 void scale_sums_in_place(ThreadPool& pool, const MatMulPlan& plan, const ColumnScales& scales, const float* bias,
                          float* Y) {
     const int64_t M = plan.M, N = plan.N;
     const int64_t rows = plan.batch * M;
+    const bool avx512 = cpu_allows(CpuIsa::Avx512);
     pool.parallel_for(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, N)), [&](int64_t first, int64_t last) {
+        float* row_scales = thread_scratch_buffer<float, 21>(N);
         for (int64_t r = first; r < last; ++r) {
             const int64_t product = r / M;
             const int64_t b_row = plan.fold_batch_into_rows ? 0 : plan.b_offsets[product] / std::max<int64_t>(1, N);
-            float* y = Y + r * N;
-            for (int64_t n = 0; n < N; ++n) {
-                int32_t sum;
-                std::memcpy(&sum, y + n, sizeof sum);
-                float v = static_cast<float>(sum) * scales.at(b_row, n);
-                if (bias != nullptr) v = v + bias[n];
-                y[n] = v;
-            }
+            const bool uniform = scales.values.size() == 1;
+            if (!uniform)
+                for (int64_t n = 0; n < N; ++n) row_scales[n] = scales.at(b_row, n);
+            const float* s = uniform ? scales.values.data() : row_scales;
+            if (avx512)
+                scale_row_avx512(Y + r * N, N, s, uniform, bias);
+            else
+                scale_row(Y + r * N, N, s, uniform, bias);
         }
     });
 }
