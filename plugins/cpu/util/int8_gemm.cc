@@ -296,6 +296,19 @@ Int8PackedB::Int8PackedB(const void* data, bool is_signed, int64_t K, int64_t N,
     }
 }
 
+namespace {
+
+// c[j] = products[j] + zb[j] * row_term - za * column_sums[j] (mod 2^32): the zero-point corrections of one tile
+// row.  Only the AMX and VNNI paths call it, so AVX-512 is there (the baseline ISA has no 32-bit multiply).
+[[gnu::target("avx512f")]] void correct_tile_row(const uint32_t* products, const uint32_t* zb, uint32_t row_term,
+                                                 uint32_t za, const uint32_t* column_sums, int32_t* c,
+                                                 int64_t columns) {
+    for (int64_t j = 0; j < columns; ++j)
+        c[j] = static_cast<int32_t>(products[j] + zb[j] * row_term - za * column_sums[j]);
+}
+
+}  // namespace
+
 void int8_gemm(ThreadPool& pool, int64_t M, const void* A, bool a_signed, int64_t lda, const Int8PackedB& B,
                const int32_t* a_zero, const int32_t* b_zero, int32_t* C, int64_t ldc) {
     const int64_t K = B.depth(), N = B.columns(), groups = B.groups(), stride = groups * 4;
@@ -364,11 +377,8 @@ void int8_gemm(ThreadPool& pool, int64_t M, const void* A, bool a_signed, int64_
                     const int64_t m = m0 + r;
                     const uint32_t za = a_shift + (a_zero ? static_cast<uint32_t>(a_zero[m]) : 0u);
                     const uint32_t row_term = depth * za - row_sums[m];
-                    const auto* products = reinterpret_cast<const uint32_t*>(tile + r * kPanel);
-                    int32_t* c = C + m * ldc + n0;
-                    for (int64_t j = 0; j < columns; ++j) {
-                        c[j] = static_cast<int32_t>(products[j] + zb[n0 + j] * row_term - za * column_sums[n0 + j]);
-                    }
+                    correct_tile_row(reinterpret_cast<const uint32_t*>(tile + r * kPanel), zb.data() + n0, row_term,
+                                     za, column_sums + n0, C + m * ldc + n0, columns);
                 }
             }
             if (amx) amx_end();
