@@ -8,6 +8,7 @@ OUTPUTS.npz is given), warms up, then times up to RUNS runs or until BUDGET_S se
 runs), and prints one JSON line.  RUNS 0 means: only create the session, run once and save the outputs.
 """
 import json
+import os
 import math
 import resource
 import statistics
@@ -34,7 +35,10 @@ def tessera_session(path, threads):
 def onnxruntime_session(path, threads):
     import onnxruntime as ort
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # compare.py's agreement check of quantized models also asks for the unoptimized run (its noise floor).
+    unoptimized = os.environ.get("TESSERA_BENCH_ORT_UNOPTIMIZED") == "1"
+    options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_DISABLE_ALL if unoptimized
+                                        else ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1

@@ -146,7 +146,7 @@ void integer_product_to_float(const std::string& op, KernelContext& ctx, const T
 
 class MatMulIntegerToFloatKernel final : public Kernel {
 public:
-    explicit MatMulIntegerToFloatKernel(const NodeInfo& info) : packed_b_(prepack_matmul_b(info, 1)) {}
+    explicit MatMulIntegerToFloatKernel(const NodeInfo& info) : b_(info, 1) {}
 
     void compute(KernelContext& ctx) const override {
         const std::string op = "MatMulIntegerToFloat";
@@ -156,16 +156,16 @@ public:
         const float a_scale = scalar_float(op, "a_scale", ctx.input(2));
         ZeroPoints a_zero = ZeroPoints::load(op, ctx.has_input(4) ? &ctx.input(4) : nullptr, A);
         if (a_zero.values.size() != 1) throw KernelError(op + ": a_zero_point must be a scalar");
-        integer_product_to_float(op, ctx, A, a_zero, a_scale, ctx.input(1), 3, 5, 6, packed_b_ ? &*packed_b_ : nullptr);
+        integer_product_to_float(op, ctx, A, a_zero, a_scale, b_.tensor(ctx), 3, 5, 6, b_.get());
     }
 
 private:
-    std::optional<PackedMatMulB> packed_b_;
+    PrepackedB b_;
 };
 
 class DynamicQuantizeMatMulKernel final : public Kernel {
 public:
-    explicit DynamicQuantizeMatMulKernel(const NodeInfo& info) : packed_b_(prepack_matmul_b(info, 1)) {}
+    explicit DynamicQuantizeMatMulKernel(const NodeInfo& info) : b_(info, 1) {}
 
     void compute(KernelContext& ctx) const override {
         const std::string op = "DynamicQuantizeMatMul";
@@ -176,12 +176,11 @@ public:
         const DynamicQuantization q = dynamic_quantize_uint8(ctx.pool(), A, quantized);
         ZeroPoints a_zero;
         a_zero.values = {q.zero_point};
-        integer_product_to_float(op, ctx, quantized, a_zero, q.scale, ctx.input(1), 2, 3, 4,
-                                 packed_b_ ? &*packed_b_ : nullptr);
+        integer_product_to_float(op, ctx, quantized, a_zero, q.scale, b_.tensor(ctx), 2, 3, 4, b_.get());
     }
 
 private:
-    std::optional<PackedMatMulB> packed_b_;
+    PrepackedB b_;
 };
 
 // QGemm: Y = alpha * (A - a_zero)(B - b_zero) * a_scale * b_scale (+ C, an int32 bias in the product's scale),
@@ -196,13 +195,17 @@ public:
           trans_b_(info.attr_int("transB", 0) != 0) {
         if (const std::optional<Tensor> B = info.constant_tensor(3);
             B && B->rank() == 2 && (B->type == TESS_ELEMENT_INT8 || B->type == TESS_ELEMENT_UINT8))
+        {
             packed_b_.emplace(pack_b(*B, nullptr));
+            b_view_ = Tensor{B->type, B->shape, nullptr, nullptr};
+            info.release_constant(3);  // held once, packed
+        }
     }
 
     void compute(KernelContext& ctx) const override {
         const std::string op = "QGemm";
         const Tensor& A = ctx.input(0);
-        const Tensor& B = ctx.input(3);
+        const Tensor& B = packed_b_ ? b_view_ : ctx.input(3);
         check_8bit(op, "A", A);
         check_8bit(op, "B", B);
         if (A.rank() != 2 || B.rank() != 2) throw KernelError(op + ": A and B must be 2-D");
@@ -321,6 +324,7 @@ private:
     float alpha_;
     bool trans_a_, trans_b_;
     std::optional<Int8PackedB> packed_b_;
+    Tensor b_view_;  // the packed B's type and shape (its values are released)
 };
 
 }  // namespace

@@ -130,6 +130,25 @@ inline std::optional<PackedMatMulB> prepack_matmul_b(const NodeInfo& info, size_
     return PackedMatMulB::pack(*B, nullptr);
 }
 
+// A constant B packed when the kernel is created, after which the model's copy is released (each weight is held
+// once): compute reads B's type and shape from `view` (no data) and the values from `packed`.  A B that is not
+// constant is read from the context.
+struct PrepackedB {
+    std::optional<PackedMatMulB> packed;
+    Tensor view;
+
+    PrepackedB(const NodeInfo& info, size_t index) : packed(prepack_matmul_b(info, index)), index_(index) {
+        if (!packed) return;
+        view = Tensor{packed->type, packed->shape, nullptr, nullptr};
+        info.release_constant(index);
+    }
+    const Tensor& tensor(const KernelContext& ctx) const { return packed ? view : ctx.input(index_); }
+    const PackedMatMulB* get() const { return packed ? &*packed : nullptr; }
+
+private:
+    size_t index_;
+};
+
 // The global row of A and of B where product p of the plan starts (for parameter lookups).
 struct ProductRows {
     int64_t a_row, b_row;

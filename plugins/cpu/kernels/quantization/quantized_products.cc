@@ -30,12 +30,12 @@ using namespace quant;
 
 class MatMulIntegerKernel final : public Kernel {
 public:
-    explicit MatMulIntegerKernel(const NodeInfo& info) : packed_b_(prepack_matmul_b(info, 1)) {}
+    explicit MatMulIntegerKernel(const NodeInfo& info) : b_(info, 1) {}
 
     void compute(KernelContext& ctx) const override {
         const std::string op = "MatMulInteger";
         const Tensor& A = ctx.input(0);
-        const Tensor& B = ctx.input(1);
+        const Tensor& B = b_.tensor(ctx);
         check_8bit(op, "A", A);
         check_8bit(op, "B", B);
         const MatMulPlan plan = plan_matmul(A.shape, B.shape, op);
@@ -46,11 +46,11 @@ public:
         if (ctx.has_input(3))
             b_zero.index = matrix_param_index(op, "b_zero_point", ctx.input(3).shape, B.shape, MatrixSide::B);
         Tensor& Y = ctx.output(0, TESS_ELEMENT_INT32, plan.output_shape);
-        integer_matmul(ctx.pool(), plan, A, a_zero, B, b_zero, packed_b_ ? &*packed_b_ : nullptr, Y.ptr<int32_t>());
+        integer_matmul(ctx.pool(), plan, A, a_zero, B, b_zero, b_.get(), Y.ptr<int32_t>());
     }
 
 private:
-    std::optional<PackedMatMulB> packed_b_;
+    PrepackedB b_;
 };
 
 // The quantization parameters of a requantized output: y = saturate(round(sum * multiplier) + zero_point).
@@ -122,13 +122,13 @@ template <typename Fn> void dispatch_8bit(int32_t type, const Fn& fn) { dispatch
 class QLinearMatMulKernel final : public Kernel {
 public:
     explicit QLinearMatMulKernel(const NodeInfo& info)
-        : declared_output_type_(info.output_type(0)), packed_b_(prepack_matmul_b(info, 3)) {}
+        : declared_output_type_(info.output_type(0)), b_(info, 3) {}
 
     void compute(KernelContext& ctx) const override {
         const std::string op = "QLinearMatMul";
         const Tensor& A = ctx.input(0);
         const Tensor& a_scale = ctx.input(1);
-        const Tensor& B = ctx.input(3);
+        const Tensor& B = b_.tensor(ctx);
         const Tensor& b_scale = ctx.input(4);
         const Tensor& y_scale = ctx.input(6);
         check_8bit(op, "a", A);
@@ -167,7 +167,7 @@ public:
         const float y_scale_value = static_cast<float>(load_all(y_scale)[0]);
 
         std::vector<int32_t> sums(static_cast<size_t>(shape_size(plan.output_shape)));
-        integer_matmul(ctx.pool(), plan, A, a_zero, B, b_zero, packed_b_ ? &*packed_b_ : nullptr, sums.data());
+        integer_matmul(ctx.pool(), plan, A, a_zero, B, b_zero, b_.get(), sums.data());
         Tensor& Y = ctx.output(0, out.type, plan.output_shape);
         const int64_t M = plan.M, N = plan.N;
         auto multiplier = [&](float as, float bs) {
@@ -196,7 +196,7 @@ public:
 
 private:
     int32_t declared_output_type_;
-    std::optional<PackedMatMulB> packed_b_;
+    PrepackedB b_;
 };
 
 // ---- ConvInteger and QLinearConv -------------------------------------------------------------------------------
