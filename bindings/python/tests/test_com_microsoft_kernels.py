@@ -468,3 +468,75 @@ def test_simplified_layer_normalization(rng, dtype, shape, epsilon):
                             domain="", **attrs)
     assert_near(ours[:1], theirs[:1], rtol=1e-5 if dtype == F32 else 2**-10)
     assert_near(ours[1:], theirs[1:], rtol=1e-5)
+
+
+# ---- Attention family and embeddings (float; summation orders differ, so within rtol) ---------------------------
+
+
+@pytest.mark.parametrize("segments,mask,positions", [(True, True, False), (False, False, True), (True, False, True)])
+def test_embed_layer_normalization(rng, segments, mask, positions):
+    B, S, H, V = 2, 7, 32, 50
+    ids = rng.integers(0, V, (B, S)).astype(np.int32)
+    m = np.ones((B, S), np.int32)
+    m[1, 5:] = 0
+    inputs = [("input_ids", ids),
+              ("segment_ids", rng.integers(0, 2, (B, S)).astype(np.int32) if segments else None),
+              ("word", rng.standard_normal((V, H)).astype(np.float32)),
+              ("position", rng.standard_normal((16, H)).astype(np.float32)),
+              ("segment", rng.standard_normal((2, H)).astype(np.float32) if segments else None),
+              ("gamma", rng.uniform(0.5, 1.5, H).astype(np.float32)),
+              ("beta", rng.standard_normal(H).astype(np.float32)),
+              ("mask", m if mask else None),
+              ("position_ids", rng.integers(0, 16, (B, S)).astype(np.int32) if positions else None)]
+    outputs = [("out", F32), ("mask_index", np.int32), ("embedding_sum", F32)]
+    ours, theirs = run_both("EmbedLayerNormalization", inputs, outputs, constants={"word", "position", "segment"},
+                            epsilon=1e-12)
+    assert_near(ours[:1], theirs[:1], rtol=1e-5)
+    assert_exact(ours[1:2], theirs[1:2])
+    assert_near(ours[2:], theirs[2:], rtol=1e-6)
+
+
+# onnxruntime's CPU kernel refuses packed QKV (B, S, N, 3, H), which Tessera also takes; not compared here.
+@pytest.mark.parametrize("form", ["separate", "bias-mask", "lengths", "past-present", "bnsh-key", "causal-bias"])
+def test_multi_head_attention(rng, form):
+    B, S, L, N, H = 2, 5, 6, 3, 8
+    D = N * H
+    r = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    inputs = [("query", r(B, S, D)), ("key", r(B, L, D)), ("value", r(B, L, D)), ("bias", None),
+              ("key_padding_mask", None), ("attention_bias", None), ("past_key", None), ("past_value", None)]
+    outputs = [("out", F32)]
+    attrs = {}
+    if form == "bias-mask":
+        inputs[3] = ("bias", r(3 * D))
+        mask = np.ones((B, L), np.int32)
+        mask[0, 4:] = 0
+        inputs[4] = ("key_padding_mask", mask)
+    elif form == "lengths":
+        inputs[4] = ("key_padding_mask", np.array([6, 3], np.int32))
+    elif form == "past-present":
+        inputs[6] = ("past_key", r(B, N, 4, H))
+        inputs[7] = ("past_value", r(B, N, 4, H))
+        outputs += [("present_key", F32), ("present_value", F32)]
+    elif form == "bnsh-key":
+        inputs[1] = ("key", r(B, N, L, H))
+        inputs[2] = ("value", r(B, N, L, H))
+    elif form == "causal-bias":
+        inputs[1] = ("key", r(B, S, D))
+        inputs[2] = ("value", r(B, S, D))
+        inputs[5] = ("attention_bias", r(1, N, S, S))
+        attrs["unidirectional"] = 1
+    ours, theirs = run_both("MultiHeadAttention", inputs, outputs, num_heads=N, **attrs)
+    assert_near(ours, theirs, rtol=1e-5)
+
+
+def test_multi_head_attention_packed_qkv_equals_separate(rng):
+    """Packed Q, K, V (B, S, N, 3, H), which onnxruntime's CPU kernel refuses, against the same values given apart."""
+    B, S, N, H = 2, 5, 3, 8
+    packed = rng.standard_normal((B, S, N, 3, H)).astype(np.float32)
+    parts = [np.ascontiguousarray(packed[:, :, :, i, :]).reshape(B, S, N * H) for i in range(3)]
+    run = lambda inputs: tessera.InferenceSession(  # noqa: E731
+        one_node_model("MultiHeadAttention", inputs, [("out", F32)], num_heads=N).SerializeToString(),
+        providers=["cpu"], strict=True).run(None, {n: v for n, v in inputs})[0]
+    together = run([("query", packed)])
+    apart = run([("query", parts[0]), ("key", parts[1]), ("value", parts[2])])
+    np.testing.assert_allclose(together, apart, rtol=1e-6, atol=1e-6)

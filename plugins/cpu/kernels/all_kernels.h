@@ -41,7 +41,8 @@ void register_training_kernels(KernelRegistry& registry);      // kernels/traini
 void register_contrib_quantized_matmul_kernels(KernelRegistry& registry);  // kernels/contrib/quantized_matmul.cc: MatMulIntegerToFloat, DynamicQuantizeMatMul, QGemm
 void register_contrib_quantized_elementwise_kernels(KernelRegistry& registry);  // kernels/contrib/quantized_elementwise.cc: QLinearAdd, QLinearMul, ...
 void register_contrib_matmul_nbits_kernels(KernelRegistry& registry);  // kernels/contrib/matmul_nbits.cc: MatMulNBits
-void register_contrib_attention_kernels(KernelRegistry& registry);  // kernels/contrib/attention.cc: Attention
+void register_contrib_attention_kernels(KernelRegistry& registry);  // kernels/contrib/attention.cc: Attention, MultiHeadAttention
+void register_contrib_embedding_kernels(KernelRegistry& registry);  // kernels/contrib/embed_layer_norm.cc: EmbedLayerNormalization
 void register_contrib_decoder_attention_kernels(KernelRegistry& registry);  // kernels/contrib/decoder_attention.cc: GroupQueryAttention, RotaryEmbedding
 
 void register_all_kernels(KernelRegistry& registry);

@@ -30,6 +30,98 @@ namespace {
 
 using namespace attention_core;
 
+// What is added to every score: mask_filter_value where the mask input (mask_input) or unidirectional hides a key, 0
+// elsewhere, plus the attention_bias input (bias_input); [B, S, total] or, with attention_bias, [B, heads, S,
+// total], in the calling thread's scratch.  Null when nothing is added.
+struct MaskSpec {
+    std::string op;
+    size_t mask_input, bias_input;
+    int64_t heads;
+    bool unidirectional;
+    float mask_filter_value;
+};
+
+const float* additive_mask(KernelContext& ctx, const MaskSpec& spec, int64_t B, int64_t S, int64_t past,
+                           int64_t total) {
+    const std::string& op = spec.op;
+    const int64_t heads = spec.heads;
+    const bool has_mask = ctx.has_input(spec.mask_input), has_bias = ctx.has_input(spec.bias_input);
+    if (!has_mask && !has_bias && !spec.unidirectional) return nullptr;
+    const int64_t H = has_bias ? heads : 1;
+    float* out = thread_scratch_buffer<float, 28>(B * H * S * total);
+    float* base = out;  // [B, S, total] for head 0; copied to the other heads below
+    std::fill_n(base, B * S * total, 0.0f);
+    auto hide = [&](int64_t b, int64_t i, int64_t j) { base[(b * S + i) * total + j] = spec.mask_filter_value; };
+    if (has_mask) {
+        const Tensor& m = ctx.input(spec.mask_input);
+        if (m.type != TESS_ELEMENT_INT32) throw_unsupported_type(op + " mask", m.type);
+        const int32_t* mi = m.ptr<int32_t>();
+        if (m.rank() == 1 && (m.shape[0] == B || m.shape[0] == 2 * B)) {
+            for (int64_t b = 0; b < B; ++b) {
+                const int64_t end = std::clamp<int64_t>(mi[b], 0, total);
+                const int64_t start = m.shape[0] == 2 * B ? std::clamp<int64_t>(mi[B + b], 0, total) : 0;
+                for (int64_t i = 0; i < S; ++i)
+                    for (int64_t j = 0; j < total; ++j)
+                        if (j < start || j >= end) hide(b, i, j);
+            }
+        } else if (m.rank() == 2 && m.shape[0] == B && m.shape[1] == total) {
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t i = 0; i < S; ++i)
+                    for (int64_t j = 0; j < total; ++j)
+                        if (mi[b * total + j] <= 0) hide(b, i, j);
+        } else if (m.rank() == 3 && m.shape[0] == B && m.shape[1] == S && m.shape[2] == total) {
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t i = 0; i < S; ++i)
+                    for (int64_t j = 0; j < total; ++j)
+                        if (mi[(b * S + i) * total + j] <= 0) hide(b, i, j);
+        } else if (m.rank() == 4 && m.shape[0] == B && m.shape[1] == 1 && m.shape[2] >= total &&
+                   m.shape[3] >= total) {
+            const int64_t max_len = m.shape[3];
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t i = 0; i < S; ++i)
+                    for (int64_t j = 0; j < total; ++j)
+                        if (mi[(b * m.shape[2] + past + i) * max_len + j] <= 0) hide(b, i, j);
+        } else {
+            throw KernelError(op + ": mask " + shape_string(m.shape) + " is none of (B), (2B), (B, " +
+                              "total), (B, S, total), (B, 1, max, max) for B " + std::to_string(B) + ", S " +
+                              std::to_string(S) + ", total " + std::to_string(total));
+        }
+    }
+    if (spec.unidirectional)
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t i = 0; i < S; ++i)
+                for (int64_t j = past + i + 1; j < total; ++j) hide(b, i, j);
+    if (!has_bias) return out;
+    // Spread over the heads (from the back, so that head 0's rows are read before being overwritten) and add
+    // attention_bias, broadcast over batch and heads.
+    const Tensor& bias_in = ctx.input(spec.bias_input);
+    if (bias_in.rank() != 4 || (bias_in.shape[0] != 1 && bias_in.shape[0] != B) ||
+        (bias_in.shape[1] != 1 && bias_in.shape[1] != heads) || bias_in.shape[2] != S || bias_in.shape[3] != total)
+        throw KernelError(op + ": attention_bias " + shape_string(bias_in.shape) + " must be (B or 1, heads or 1, " +
+                          std::to_string(S) + ", " + std::to_string(total) + ")");
+    const ConvertedInput<float> bias(bias_in, ctx.pool());
+    const int64_t plane = S * total;
+    for (int64_t b = B - 1; b >= 0; --b)
+        for (int64_t h = heads - 1; h >= 0; --h) {
+            float* dst = out + (b * heads + h) * plane;
+            const float* src = base + b * plane;
+            const float* add = bias.data() + ((bias_in.shape[0] == 1 ? 0 : b) * bias_in.shape[1] +
+                                              (bias_in.shape[1] == 1 ? 0 : h)) * plane;
+            for (int64_t e = plane - 1; e >= 0; --e) dst[e] = src[e] + add[e];
+        }
+    return out;
+}
+
+// Points the fused core's bias at an additive mask made by additive_mask (per head when it holds attention_bias).
+void use_mask(ScoreBias<float>& bias, const float* mask, bool per_head, int64_t heads, int64_t S, int64_t total) {
+    if (mask == nullptr) return;
+    bias.mask = mask;
+    bias.mask_strides[0] = (per_head ? heads : 1) * S * total;
+    bias.mask_strides[1] = per_head ? S * total : 0;
+    bias.mask_strides[2] = total;
+    bias.mask_columns = total;
+}
+
 class MicrosoftAttentionKernel final : public Kernel {
 public:
     explicit MicrosoftAttentionKernel(const NodeInfo& info)
@@ -130,15 +222,9 @@ public:
         d.v_head_size = v_head;
         ScoreEpilogue<float> epilogue;
         epilogue.bias.q_len = S;
-        const float* mask = additive_mask(ctx, B, S, past, total);
-        if (mask != nullptr) {
-            epilogue.bias.mask = mask;
-            const bool per_head = ctx.has_input(5);
-            epilogue.bias.mask_strides[0] = (per_head ? heads_ : 1) * S * total;
-            epilogue.bias.mask_strides[1] = per_head ? S * total : 0;
-            epilogue.bias.mask_strides[2] = total;
-            epilogue.bias.mask_columns = total;
-        }
+        const float* mask = additive_mask(
+            ctx, MaskSpec{"Attention", 3, 5, heads_, unidirectional_, mask_filter_value_}, B, S, past, total);
+        use_mask(epilogue.bias, mask, ctx.has_input(5), heads_, S, total);
         ConvertedOutput<float> y(ctx.output(0, input.type, {B, S, v_hidden}));
         const float scale = scale_ != 0.0f ? scale_ : 1.0f / std::sqrt(static_cast<float>(head));
         run_fused_attention<float>(pool, d, scale, q, k, v, Heads<float>{y.data(), HeadLayout::bshd(heads_, S, v_head)},
@@ -148,83 +234,173 @@ public:
     }
 
 private:
-    // What is added to every score: mask_filter_value where mask_index or unidirectional hides a key, 0 elsewhere,
-    // plus attention_bias; [B, S, total] or, with attention_bias, [B, H, S, total].  Null when nothing is added.
-    const float* additive_mask(KernelContext& ctx, int64_t B, int64_t S, int64_t past, int64_t total) const {
-        const std::string op = "Attention";
-        const bool has_mask = ctx.has_input(3), has_bias = ctx.has_input(5);
-        if (!has_mask && !has_bias && !unidirectional_) return nullptr;
-        const int64_t H = has_bias ? heads_ : 1;
-        float* out = thread_scratch_buffer<float, 28>(B * H * S * total);
-        float* base = out;  // [B, S, total] for head 0; copied to the other heads below
-        std::fill_n(base, B * S * total, 0.0f);
-        auto hide = [&](int64_t b, int64_t i, int64_t j) { base[(b * S + i) * total + j] = mask_filter_value_; };
-        if (has_mask) {
-            const Tensor& m = ctx.input(3);
-            if (m.type != TESS_ELEMENT_INT32) throw_unsupported_type(op + " mask_index", m.type);
-            const int32_t* mi = m.ptr<int32_t>();
-            if (m.rank() == 1 && (m.shape[0] == B || m.shape[0] == 2 * B)) {
-                for (int64_t b = 0; b < B; ++b) {
-                    const int64_t end = std::clamp<int64_t>(mi[b], 0, total);
-                    const int64_t start = m.shape[0] == 2 * B ? std::clamp<int64_t>(mi[B + b], 0, total) : 0;
-                    for (int64_t i = 0; i < S; ++i)
-                        for (int64_t j = 0; j < total; ++j)
-                            if (j < start || j >= end) hide(b, i, j);
-                }
-            } else if (m.rank() == 2 && m.shape[0] == B && m.shape[1] == total) {
-                for (int64_t b = 0; b < B; ++b)
-                    for (int64_t i = 0; i < S; ++i)
-                        for (int64_t j = 0; j < total; ++j)
-                            if (mi[b * total + j] <= 0) hide(b, i, j);
-            } else if (m.rank() == 3 && m.shape[0] == B && m.shape[1] == S && m.shape[2] == total) {
-                for (int64_t b = 0; b < B; ++b)
-                    for (int64_t i = 0; i < S; ++i)
-                        for (int64_t j = 0; j < total; ++j)
-                            if (mi[(b * S + i) * total + j] <= 0) hide(b, i, j);
-            } else if (m.rank() == 4 && m.shape[0] == B && m.shape[1] == 1 && m.shape[2] >= total &&
-                       m.shape[3] >= total) {
-                const int64_t max_len = m.shape[3];
-                for (int64_t b = 0; b < B; ++b)
-                    for (int64_t i = 0; i < S; ++i)
-                        for (int64_t j = 0; j < total; ++j)
-                            if (mi[(b * m.shape[2] + past + i) * max_len + j] <= 0) hide(b, i, j);
-            } else {
-                throw KernelError(op + ": mask_index " + shape_string(m.shape) + " is none of (B), (2B), (B, " +
-                                  "total), (B, S, total), (B, 1, max, max) for B " + std::to_string(B) + ", S " +
-                                  std::to_string(S) + ", total " + std::to_string(total));
-            }
-        }
-        if (unidirectional_)
-            for (int64_t b = 0; b < B; ++b)
-                for (int64_t i = 0; i < S; ++i)
-                    for (int64_t j = past + i + 1; j < total; ++j) hide(b, i, j);
-        if (!has_bias) return out;
-        // Spread over the heads (from the back, so that head 0's rows are read before being overwritten) and add
-        // attention_bias, broadcast over batch and heads.
-        const Tensor& bias_in = ctx.input(5);
-        if (bias_in.rank() != 4 || (bias_in.shape[0] != 1 && bias_in.shape[0] != B) ||
-            (bias_in.shape[1] != 1 && bias_in.shape[1] != heads_) || bias_in.shape[2] != S || bias_in.shape[3] != total)
-            throw KernelError(op + ": attention_bias " + shape_string(bias_in.shape) + " must be (B or 1, heads or 1, " +
-                              std::to_string(S) + ", " + std::to_string(total) + ")");
-        const ConvertedInput<float> bias(bias_in, ctx.pool());
-        const int64_t plane = S * total;
-        for (int64_t b = B - 1; b >= 0; --b)
-            for (int64_t h = heads_ - 1; h >= 0; --h) {
-                float* dst = out + (b * heads_ + h) * plane;
-                const float* src = base + b * plane;
-                const float* add = bias.data() + ((bias_in.shape[0] == 1 ? 0 : b) * bias_in.shape[1] +
-                                                  (bias_in.shape[1] == 1 ? 0 : h)) * plane;
-                for (int64_t e = plane - 1; e >= 0; --e) dst[e] = src[e] + add[e];
-            }
-        return out;
-    }
-
     int64_t heads_;
     bool unidirectional_;
     std::vector<int64_t> hidden_sizes_;
     float mask_filter_value_;
     float scale_;
     PackedColumns packed_weights_;
+};
+
+// com.microsoft MultiHeadAttention: attention over already projected Q, K and V (the optimizer's form for
+// cross-attention and for decoders with a cache).
+//   query (B, S, D), or Q, K and V packed (B, S, N, 3, H) when key and value are omitted;
+//   key/value (B, L, D) / (B, L, Dv), or (B, N, L, H) used as the whole key/value (no bias, no past);
+//   bias? (D + D + Dv) added to the 3-D Q, K, V;  key_padding_mask? (B) lengths, (B, T), (B, S, T);
+//   attention_bias? (B or 1, N or 1, S, T);  past_key/past_value? (B, N, P, H) before the new keys.
+//   outputs: output (B, S, Dv), present_key/present_value? (B, N, P + L, H).
+class MultiHeadAttentionKernel final : public Kernel {
+public:
+    explicit MultiHeadAttentionKernel(const NodeInfo& info)
+        : heads_(info.attr_int("num_heads")),
+          unidirectional_(info.attr_int("unidirectional", 0) != 0),
+          mask_filter_value_(info.attr_float("mask_filter_value", -10000.0f)),
+          scale_(info.attr_float("scale", 0.0f)) {
+        if (heads_ <= 0) throw KernelError("MultiHeadAttention: num_heads must be positive");
+        if (info.has_input(9)) throw KernelError("MultiHeadAttention: cache_indirection (beam search) is not supported");
+    }
+
+    void compute(KernelContext& ctx) const override {
+        const std::string op = "MultiHeadAttention";
+        ThreadPool& pool = ctx.pool();
+        const Tensor& query = ctx.input(0);
+        const int64_t B = query.shape.empty() ? 0 : query.shape[0], S = query.rank() > 1 ? query.shape[1] : 0;
+        const ConvertedInput<float> q_in(query, pool);
+        std::optional<ConvertedInput<float>> k_in, v_in;
+        int64_t head = 0, v_head = 0, L = 0;
+        Heads<const float> q, k, v;
+        const float* bias = nullptr;
+        std::optional<ConvertedInput<float>> bias_in;
+        if (ctx.has_input(3)) {
+            bias_in.emplace(ctx.input(3), pool);
+            bias = bias_in->data();
+        }
+        if (!ctx.has_input(1)) {  // packed (B, S, N, 3, H)
+            if (query.rank() != 5 || query.shape[2] != heads_ || query.shape[3] != 3)
+                throw KernelError(op + ": a query without key must be packed (B, S, " + std::to_string(heads_) +
+                                  ", 3, H)");
+            head = v_head = query.shape[4];
+            L = S;
+            const int64_t row = heads_ * 3 * head;
+            float* qkv = thread_scratch_buffer<float, 26>(B * S * row);
+            std::copy_n(q_in.data(), B * S * row, qkv);
+            if (bias != nullptr)  // bias is laid out as [Q | K | V], each [N, H]
+                for (int64_t t = 0; t < B * S; ++t)
+                    for (int64_t n = 0; n < heads_; ++n)
+                        for (int64_t part = 0; part < 3; ++part)
+                            for (int64_t h = 0; h < head; ++h)
+                                qkv[t * row + (n * 3 + part) * head + h] += bias[part * heads_ * head + n * head + h];
+            const HeadLayout layout{S * row, 3 * head, row};
+            q = {qkv, layout};
+            k = {qkv + head, layout};
+            v = {qkv + 2 * head, layout};
+        } else {
+            if (query.rank() != 3 || query.shape[2] % heads_ != 0)
+                throw KernelError(op + ": query " + shape_string(query.shape) + " must be (B, S, num_heads * H)");
+            head = query.shape[2] / heads_;
+            const Tensor& key = ctx.input(1);
+            const Tensor& value = ctx.input(2);
+            k_in.emplace(key, pool);
+            v_in.emplace(value, pool);
+            const float* qd = q_in.data();
+            if (bias != nullptr) qd = with_bias(q_in.data(), B * S, heads_ * head, bias, 30);
+            q = {qd, HeadLayout::bshd(heads_, S, head)};
+            if (key.rank() == 4) {  // (B, N, L, H): the whole key and value
+                if (key.shape[0] != B || key.shape[1] != heads_ || key.shape[3] != head || value.rank() != 4 ||
+                    value.shape[0] != B || value.shape[1] != heads_ || value.shape[2] != key.shape[2])
+                    throw KernelError(op + ": key " + shape_string(key.shape) + " and value " +
+                                      shape_string(value.shape) + " must be (B, num_heads, L, H)");
+                L = key.shape[2];
+                v_head = value.shape[3];
+                k = {k_in->data(), HeadLayout::bhsd(heads_, L, head)};
+                v = {v_in->data(), HeadLayout::bhsd(heads_, L, v_head)};
+            } else {
+                if (key.rank() != 3 || key.shape[0] != B || key.shape[2] != heads_ * head || value.rank() != 3 ||
+                    value.shape[0] != B || value.shape[1] != key.shape[1] || value.shape[2] % heads_ != 0)
+                    throw KernelError(op + ": key " + shape_string(key.shape) + " and value " +
+                                      shape_string(value.shape) + " must be (B, L, num_heads * H)");
+                L = key.shape[1];
+                v_head = value.shape[2] / heads_;
+                const float* kd = k_in->data();
+                const float* vd = v_in->data();
+                if (bias != nullptr) {
+                    kd = with_bias(kd, B * L, heads_ * head, bias + heads_ * head, 31);
+                    vd = with_bias(vd, B * L, heads_ * v_head, bias + 2 * heads_ * head, 32);
+                }
+                k = {kd, HeadLayout::bshd(heads_, L, head)};
+                v = {vd, HeadLayout::bshd(heads_, L, v_head)};
+            }
+        }
+
+        // The cache: past followed by the new keys and values.
+        int64_t past = 0;
+        std::optional<ConvertedInput<float>> past_k, past_v;
+        if (ctx.has_input(6) && ctx.has_input(7)) {
+            const Tensor& pk = ctx.input(6);
+            if (pk.rank() != 4 || pk.shape[0] != B || pk.shape[1] != heads_ || pk.shape[3] != head ||
+                ctx.input(7).rank() != 4 || ctx.input(7).shape[2] != pk.shape[2] || ctx.input(7).shape[3] != v_head)
+                throw KernelError(op + ": past_key/past_value must be (B, num_heads, P, H)");
+            past = pk.shape[2];
+            past_k.emplace(pk, pool);
+            past_v.emplace(ctx.input(7), pool);
+        }
+        const int64_t total = past + L;
+        ConvertedOutput<float> present_k, present_v;
+        const bool want_k = ctx.output_count() > 1 && ctx.output_wanted(1);
+        const bool want_v = ctx.output_count() > 2 && ctx.output_wanted(2);
+        if (want_k) present_k = ConvertedOutput<float>(ctx.output(1, query.type, {B, heads_, total, head}));
+        if (want_v) present_v = ConvertedOutput<float>(ctx.output(2, query.type, {B, heads_, total, v_head}));
+        if (past > 0 || want_k || want_v) {
+            float* kc = want_k ? present_k.data() : thread_scratch_buffer<float, 33>(B * heads_ * total * head);
+            float* vc = want_v ? present_v.data() : thread_scratch_buffer<float, 34>(B * heads_ * total * v_head);
+            concat_cache(pool, B, heads_, past, past_k ? past_k->data() : nullptr, L, k, head, kc);
+            concat_cache(pool, B, heads_, past, past_v ? past_v->data() : nullptr, L, v, v_head, vc);
+            k = {kc, HeadLayout::bhsd(heads_, total, head)};
+            v = {vc, HeadLayout::bhsd(heads_, total, v_head)};
+        }
+
+        AttentionDims d;
+        d.batch = B;
+        d.q_heads = d.kv_heads = heads_;
+        d.q_len = S;
+        d.kv_len = total;
+        d.head_size = head;
+        d.v_head_size = v_head;
+        ScoreEpilogue<float> epilogue;
+        epilogue.bias.q_len = S;
+        const float* mask = additive_mask(ctx, MaskSpec{op, 4, 5, heads_, unidirectional_, mask_filter_value_}, B, S,
+                                          past, total);
+        use_mask(epilogue.bias, mask, ctx.has_input(5), heads_, S, total);
+        ConvertedOutput<float> y(ctx.output(0, query.type, {B, S, heads_ * v_head}));
+        const float scale = scale_ != 0.0f ? scale_ : 1.0f / std::sqrt(static_cast<float>(head));
+        run_fused_attention<float>(pool, d, scale, q, k, v, Heads<float>{y.data(), HeadLayout::bshd(heads_, S, v_head)},
+                                   epilogue);
+        y.finish(pool);
+        present_k.finish(pool);
+        present_v.finish(pool);
+    }
+
+private:
+    // rows x width values plus a bias of `width`, in this thread's scratch slot `Slot`.
+    template <int Slot>
+    static const float* with_bias_in(const float* x, int64_t rows, int64_t width, const float* bias) {
+        float* out = thread_scratch_buffer<float, Slot>(rows * width);
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < width; ++c) out[r * width + c] = x[r * width + c] + bias[c];
+        return out;
+    }
+    static const float* with_bias(const float* x, int64_t rows, int64_t width, const float* bias, int slot) {
+        switch (slot) {
+            case 30: return with_bias_in<30>(x, rows, width, bias);
+            case 31: return with_bias_in<31>(x, rows, width, bias);
+            default: return with_bias_in<32>(x, rows, width, bias);
+        }
+    }
+
+    int64_t heads_;
+    bool unidirectional_;
+    float mask_filter_value_;
+    float scale_;
 };
 
 }  // namespace
@@ -238,6 +414,13 @@ void register_contrib_attention_kernels(KernelRegistry& registry) {
                            .input_types = {{0, floats}, {1, floats}},
                            .memory = KernelMemory::Normal,
                            .factory = make_factory<MicrosoftAttentionKernel>()});
+    registry.add(KernelDef{.domain = "com.microsoft",
+                           .op_type = "MultiHeadAttention",
+                           .since_version = 1,
+                           .end_version = 0,
+                           .input_types = {{0, floats}},
+                           .memory = KernelMemory::Normal,
+                           .factory = make_factory<MultiHeadAttentionKernel>()});
 }
 
 }  // namespace tessera::cpu
