@@ -453,6 +453,22 @@ def test_matmul_nbits(rng, case):
           exact=False, rtol=1e-5 if dtype == F32 else 2**-10, K=k, N=n, bits=bits, block_size=block)
 
 
+@pytest.mark.parametrize("bits,block,zero,m", [(4, 32, "packed", 1), (4, 128, "none", 6), (8, 32, "packed", 3),
+                                              (4, 16, "packed", 2)])
+def test_matmul_nbits_int8_compute(rng, bits, block, zero, m):
+    """accuracy_level 4: A is quantized to int8 per block before the products, as onnxruntime's CompInt8 path does
+    (a different result from the float products by ~1e-3 relative; the same as onnxruntime's within float order)."""
+    k, n = 200, 24
+    blocks = -(-k // block)
+    inputs = [("A", rng.standard_normal((m, k)).astype(F32)),
+              ("B", rng.integers(0, 256, size=(n, blocks, block * bits // 8), dtype=np.uint8)),
+              ("scales", fscale(rng, 0.005, 0.05, (n, blocks)).astype(F32)),
+              ("zero_points", rng.integers(0, 256, size=(n, -(-blocks * bits // 8)), dtype=np.uint8)
+               if zero == "packed" else None)]
+    check("MatMulNBits", inputs, [("Y", F32)], constants=("B", "scales", "zero_points"), exact=False, rtol=1e-5,
+          K=k, N=n, bits=bits, block_size=block, accuracy_level=4)
+
+
 # ---- SimplifiedLayerNormalization -------------------------------------------------------------------------------
 
 

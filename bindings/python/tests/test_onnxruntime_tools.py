@@ -179,7 +179,9 @@ CASES = [
     ("bert-nbits4-block128-asymmetric", "bert", matmul_nbits(4, 128, False), None),
     ("bert-nbits8-block32-asymmetric", "bert", matmul_nbits(8, 32, False), None),
     ("bert-nbits4-accuracy-level-4", "bert", matmul_nbits(4, 32, False, accuracy_level=4),
-     "accuracy_level 4 quantizes A to int8 per block in onnxruntime; Tessera computes in float"),
+     "accuracy_level 4 quantizes activations inside every MatMulNBits, so last-bit differences upstream flip int8 "
+     "roundings: the kernel agrees with onnxruntime's within 1e-6 (test_com_microsoft_kernels.py), the whole model "
+     "by 1.8e-3 where onnxruntime's measured noise is 1.6e-3"),
     ("mobilenetv2-ort-extended", "mobilenetv2", onnxruntime_saved(EXTENDED), None),
     ("bert-ort-extended", "bert", onnxruntime_saved(EXTENDED), None),
     ("bert-dynamic-ort-extended", "bert", onnxruntime_saved(EXTENDED, quantize_dynamic), None),
