@@ -556,3 +556,19 @@ def test_multi_head_attention_packed_qkv_equals_separate(rng):
     together = run([("query", packed)])
     apart = run([("query", parts[0]), ("key", parts[1]), ("value", parts[2])])
     np.testing.assert_allclose(together, apart, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("weight_type,per_column,mask", [(S8, False, True), (U8, True, False), (S8, True, True)])
+def test_qattention(rng, weight_type, per_column, mask):
+    """quantize_dynamic's form of Attention: the projection is an integer product, the rest float."""
+    B, S, N, H = 2, 6, 2, 8
+    D = N * H
+    scales = np.asarray(fscale(rng, 0.01, 0.03, (3 * D,) if per_column else ()), F32)
+    zero = np.full(scales.shape, 128 if weight_type == U8 else 0, weight_type)
+    lengths = np.array([6, 4], np.int32)
+    inputs = [("input", q(rng, U8, (B, S, D))), ("weight", q(rng, weight_type, (D, 3 * D))),
+              ("bias", rng.standard_normal(3 * D).astype(F32)), ("input_scale", np.array(0.02, F32)),
+              ("weight_scale", scales), ("mask_index", lengths if mask else None),
+              ("input_zero_point", np.array(127, U8)), ("weight_zero_point", zero)]
+    check("QAttention", inputs, [("out", F32)], constants=("weight", "weight_scale", "weight_zero_point"),
+          exact=False, rtol=1e-5, num_heads=N)

@@ -164,6 +164,14 @@ def transformers_optimizer(float16):
     return make
 
 
+def optimized_then_quantized(source, target, calibration):  # noqa: ARG001
+    """The transformers optimizer's fused BERT, then quantize_dynamic: Attention becomes QAttention (onnxruntime's
+    documented route to an int8 BERT)."""
+    transformers_optimizer(False)(source, target + ".fused.onnx", None)
+    quantization.quantize_dynamic(target + ".fused.onnx", target,
+                                  extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+
+
 EXTENDED = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
 Q = quantization.QuantFormat
 
@@ -190,6 +198,7 @@ CASES = [
     ("decoder-nbits4-block32", "decoder", matmul_nbits(4, 32, False), None),
     ("bert-transformers-optimizer", "bert", transformers_optimizer(False), None),
     ("bert-transformers-optimizer-fp16", "bert", transformers_optimizer(True), None),
+    ("bert-transformers-optimizer-dynamic", "bert", optimized_then_quantized, None),
 ]
 COMPUTES_IN_FLOAT16 = {"bert-transformers-optimizer-fp16"}
 

@@ -1,5 +1,5 @@
-// CPU provider, com.microsoft Attention: the BERT/GPT-2 attention block that onnxruntime's transformer optimizer
-// fuses, projection included.
+// CPU provider, com.microsoft Attention (and QAttention, its quantize_dynamic form): the BERT/GPT-2 attention block
+// that onnxruntime's transformer optimizer fuses, projection included; and MultiHeadAttention.
 //
 //   inputs   input (B, S, input_hidden), weights (input_hidden, q + k + v hidden), bias? (q + k + v),
 //            mask_index? (int32), past? (2, B, H, P, head), attention_bias? (B or 1, H or 1, S, P + S),
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kernels/all_kernels.h"
+#include "kernels/quantization/integer_matmul.h"
 #include "kernels/transformer/attention_core.h"
 #include "util/compute_cast.h"
 #include "util/gemm.h"
@@ -122,10 +123,21 @@ void use_mask(ScoreBias<float>& bias, const float* mask, bool per_head, int64_t 
     bias.mask_columns = total;
 }
 
+// Attention and QAttention.  QAttention is Attention whose projection is an integer product: input (8-bit, with
+// input_scale and input_zero_point) x weight (8-bit, weight_scale and weight_zero_point per tensor or per column),
+// scaled back to float and the bias added (a multiply, then an add, as onnxruntime's output processor does); its
+// inputs are input, weight, bias, input_scale, weight_scale, mask_index?, input_zero_point?, weight_zero_point?,
+// past?.
 class MicrosoftAttentionKernel final : public Kernel {
 public:
-    explicit MicrosoftAttentionKernel(const NodeInfo& info)
-        : heads_(info.attr_int("num_heads")),
+    MicrosoftAttentionKernel(const NodeInfo& info, bool quantized)
+        : quantized_(quantized),
+          op_(quantized ? "QAttention" : "Attention"),
+          mask_input_(quantized ? 5 : 3),
+          past_input_(quantized ? 8 : 4),
+          attention_bias_input_(quantized ? kAbsent : 5),
+          quantized_weights_(info, 1),
+          heads_(info.attr_int("num_heads")),
           unidirectional_(info.attr_int("unidirectional", 0) != 0),
           hidden_sizes_(info.attr_ints("qkv_hidden_sizes")),
           mask_filter_value_(info.attr_float("mask_filter_value", -10000.0f)),
@@ -136,16 +148,16 @@ public:
             throw KernelError("Attention: qkv_hidden_sizes must hold three values");
         if (!hidden_sizes_.empty() && hidden_sizes_[1] != hidden_sizes_[0])
             throw KernelError("Attention: qkv_hidden_sizes must give Q and K the same size");
-        if (const std::optional<Tensor> w = info.constant_tensor(1);
+        if (const std::optional<Tensor> w = quantized ? std::nullopt : info.constant_tensor(1);
             w && w->type == TESS_ELEMENT_FLOAT32 && w->rank() == 2 && packed_gemm_supported()) {
             packed_weights_ = PackedColumns(w->ptr<float>(), false, w->shape[0], w->shape[1], w->shape[1]);
         }
     }
 
     void compute(KernelContext& ctx) const override {
-        const std::string op = "Attention";
+        const std::string& op = op_;
         const Tensor& input = ctx.input(0);
-        const Tensor& weights = ctx.input(1);
+        const Tensor& weights = quantized_ ? quantized_weights_.tensor(ctx) : ctx.input(1);
         if (input.rank() != 3) throw KernelError(op + ": input " + shape_string(input.shape) + " must be (B, S, hidden)");
         if (weights.rank() != 2 || weights.shape[0] != input.shape[2])
             throw KernelError(op + ": weights " + shape_string(weights.shape) + " must be (" +
@@ -161,17 +173,19 @@ public:
         ThreadPool& pool = ctx.pool();
 
         // Q, K and V side by side: [B * S, width] = input x weights + bias.
-        const ConvertedInput<float> x(input, pool);
         float* qkv = thread_scratch_buffer<float, 26>(B * S * width);
-        if (!packed_weights_.empty() && weights.type == TESS_ELEMENT_FLOAT32 && packed_weights_.depth() == in_hidden &&
-            packed_weights_.cols() == width) {
+        if (quantized_) {
+            project_quantized(ctx, input, weights, width, qkv);
+        } else if (const ConvertedInput<float> x(input, pool);
+                   !packed_weights_.empty() && weights.type == TESS_ELEMENT_FLOAT32 &&
+                   packed_weights_.depth() == in_hidden && packed_weights_.cols() == width) {
             gemm_prepacked(pool, false, B * S, in_hidden, 1.0f, x.data(), in_hidden, packed_weights_, 0.0f, qkv, width);
         } else {
             const ConvertedInput<float> w(weights, pool);
             gemm<float>(pool, false, false, B * S, width, in_hidden, 1.0f, x.data(), in_hidden, w.data(), width, 0.0f,
                         qkv, width);
         }
-        if (ctx.has_input(2)) {
+        if (!quantized_ && ctx.has_input(2)) {
             const Tensor& bias_in = ctx.input(2);
             if (bias_in.size() != width) throw KernelError(op + ": bias must hold " + std::to_string(width) + " values");
             const ConvertedInput<float> bias(bias_in, pool);
@@ -188,8 +202,8 @@ public:
         // The cache: past followed by the new keys and values, in present when it is wanted.
         int64_t past = 0;
         std::optional<ConvertedInput<float>> past_in;
-        if (ctx.has_input(4)) {
-            const Tensor& p = ctx.input(4);
+        if (ctx.has_input(past_input_)) {
+            const Tensor& p = ctx.input(past_input_);
             if (p.rank() != 5 || p.shape[0] != 2 || p.shape[1] != B || p.shape[2] != heads_ || p.shape[4] != head ||
                 head != v_head)
                 throw KernelError(op + ": past " + shape_string(p.shape) + " must be (2, " + std::to_string(B) + ", " +
@@ -198,10 +212,11 @@ public:
             past_in.emplace(p, pool);
         }
         const int64_t total = past + S;
+        const int32_t out_type = quantized_ ? TESS_ELEMENT_FLOAT32 : input.type;
         ConvertedOutput<float> present;
         if (ctx.output_count() > 1 && ctx.output_wanted(1)) {
             if (head != v_head) throw KernelError(op + ": present needs Q, K and V heads of one size");
-            present = ConvertedOutput<float>(ctx.output(1, input.type, {2, B, heads_, total, head}));
+            present = ConvertedOutput<float>(ctx.output(1, out_type, {2, B, heads_, total, head}));
         }
         if (past > 0 || present) {
             float* cache = present ? present.data() : thread_scratch_buffer<float, 27>(2 * B * heads_ * total * head);
@@ -223,9 +238,10 @@ public:
         ScoreEpilogue<float> epilogue;
         epilogue.bias.q_len = S;
         const float* mask = additive_mask(
-            ctx, MaskSpec{"Attention", 3, 5, heads_, unidirectional_, mask_filter_value_}, B, S, past, total);
-        use_mask(epilogue.bias, mask, ctx.has_input(5), heads_, S, total);
-        ConvertedOutput<float> y(ctx.output(0, input.type, {B, S, v_hidden}));
+            ctx, MaskSpec{op, mask_input_, attention_bias_input_, heads_, unidirectional_, mask_filter_value_}, B, S,
+            past, total);
+        use_mask(epilogue.bias, mask, ctx.has_input(attention_bias_input_), heads_, S, total);
+        ConvertedOutput<float> y(ctx.output(0, out_type, {B, S, v_hidden}));
         const float scale = scale_ != 0.0f ? scale_ : 1.0f / std::sqrt(static_cast<float>(head));
         run_fused_attention<float>(pool, d, scale, q, k, v, Heads<float>{y.data(), HeadLayout::bshd(heads_, S, v_head)},
                                    epilogue);
@@ -234,6 +250,50 @@ public:
     }
 
 private:
+    // qkv = float((input - input_zero) x (weight - weight_zero)) * (input_scale * weight_scale) + bias.
+    void project_quantized(KernelContext& ctx, const Tensor& input, const Tensor& weights, int64_t width,
+                           float* qkv) const {
+        using namespace quant;
+        const std::string& op = op_;
+        check_8bit(op, "input", input);
+        check_8bit(op, "weight", weights);
+        const Tensor& bias = ctx.input(2);
+        const Tensor& input_scale = ctx.input(3);
+        const Tensor& weight_scale = ctx.input(4);
+        if (bias.type != TESS_ELEMENT_FLOAT32 || bias.size() != width)
+            throw KernelError(op + ": bias must be float of " + std::to_string(width) + " values");
+        if (input_scale.type != TESS_ELEMENT_FLOAT32 || input_scale.size() != 1 ||
+            weight_scale.type != TESS_ELEMENT_FLOAT32 || (weight_scale.size() != 1 && weight_scale.size() != width))
+            throw KernelError(op + ": input_scale must be a float scalar and weight_scale a scalar or per column");
+        const MatMulPlan plan = plan_matmul(input.shape, weights.shape, op);
+        ZeroPoints a_zero = ZeroPoints::load(op, ctx.has_input(6) ? &ctx.input(6) : nullptr, input);
+        ZeroPoints b_zero = ZeroPoints::load(op, ctx.has_input(7) ? &ctx.input(7) : nullptr, weights);
+        if (a_zero.values.size() != 1) throw KernelError(op + ": input_zero_point must be a scalar");
+        if (ctx.has_input(7))
+            b_zero.index = matrix_param_index(op, "weight_zero_point", ctx.input(7).shape, weights.shape,
+                                              MatrixSide::B);
+        auto* sums = reinterpret_cast<int32_t*>(qkv);
+        integer_matmul(ctx.pool(), plan, input, a_zero, weights, b_zero, quantized_weights_.get(), sums);
+        const float is = input_scale.ptr<float>()[0];
+        const float* ws = weight_scale.ptr<float>();
+        const bool per_column = weight_scale.size() != 1;
+        const float* b = bias.ptr<float>();
+        const int64_t rows = plan.batch * plan.M;
+        ctx.pool().parallel_for(rows, std::max<int64_t>(1, 8192 / width), [&](int64_t first, int64_t last) {
+            for (int64_t r = first; r < last; ++r)
+                for (int64_t c = 0; c < width; ++c) {
+                    const float product = static_cast<float>(sums[r * width + c]) * (is * ws[per_column ? c : 0]);
+                    qkv[r * width + c] = product + b[c];  // a multiply, then an add: this file is built without FMA
+                }
+        });
+    }
+
+    static constexpr size_t kAbsent = 1000;  // an input index no node has
+
+    bool quantized_;
+    std::string op_;
+    size_t mask_input_, past_input_, attention_bias_input_;
+    quant::PrepackedB quantized_weights_;  // QAttention's constant int8 weight, packed once
     int64_t heads_;
     bool unidirectional_;
     std::vector<int64_t> hidden_sizes_;
@@ -413,7 +473,19 @@ void register_contrib_attention_kernels(KernelRegistry& registry) {
                            .end_version = 0,
                            .input_types = {{0, floats}, {1, floats}},
                            .memory = KernelMemory::Normal,
-                           .factory = make_factory<MicrosoftAttentionKernel>()});
+                           .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
+                               return std::make_unique<MicrosoftAttentionKernel>(info, false);
+                           }});
+    const std::vector<int32_t> k8bit{TESS_ELEMENT_INT8, TESS_ELEMENT_UINT8};
+    registry.add(KernelDef{.domain = "com.microsoft",
+                           .op_type = "QAttention",
+                           .since_version = 1,
+                           .end_version = 0,
+                           .input_types = {{0, k8bit}, {1, k8bit}},
+                           .memory = KernelMemory::Normal,
+                           .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
+                               return std::make_unique<MicrosoftAttentionKernel>(info, true);
+                           }});
     registry.add(KernelDef{.domain = "com.microsoft",
                            .op_type = "MultiHeadAttention",
                            .since_version = 1,
