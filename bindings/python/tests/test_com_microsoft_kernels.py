@@ -572,3 +572,20 @@ def test_qattention(rng, weight_type, per_column, mask):
               ("input_zero_point", np.array(127, U8)), ("weight_zero_point", zero)]
     check("QAttention", inputs, [("out", F32)], constants=("weight", "weight_scale", "weight_zero_point"),
           exact=False, rtol=1e-5, num_heads=N)
+
+
+@pytest.mark.parametrize("bits,block,zero,rows_shape", [(4, 32, True, (40, 64)), (4, 16, False, (20, 48)),
+                                                      (8, 32, True, (30, 96)), (8, 64, False, (12, 2, 64))])
+def test_gather_block_quantized(rng, bits, block, zero, rows_shape):
+    """LLM exporters' quantized embeddings: uint8 data holding 4-bit (two a byte) or 8-bit values along the last
+    axis, per-block scales and zero points, gathered along the first axis."""
+    *lead, columns = rows_shape
+    stored = columns // 2 if bits == 4 else columns
+    blocks = -(-columns // block)
+    data = rng.integers(0, 256, size=(*lead, stored), dtype=np.uint8)
+    scales = rng.uniform(0.01, 0.05, size=(*lead, blocks)).astype(F32)
+    zero_points = rng.integers(0, 256, size=(*lead, -(-blocks * bits // 8)), dtype=np.uint8) if zero else None
+    indices = rng.integers(0, lead[0], size=(3, 5)).astype(np.int64)
+    check("GatherBlockQuantized", [("data", data), ("indices", indices), ("scales", scales),
+                                   ("zero_points", zero_points)], [("Y", F32)], constants=("data", "scales", "zero_points"),
+          exact=True, bits=bits, block_size=block, quantize_axis=len(rows_shape) - 1)

@@ -43,6 +43,7 @@ void register_contrib_quantized_elementwise_kernels(KernelRegistry& registry);  
 void register_contrib_matmul_nbits_kernels(KernelRegistry& registry);  // kernels/contrib/matmul_nbits.cc: MatMulNBits
 void register_contrib_attention_kernels(KernelRegistry& registry);  // kernels/contrib/attention.cc: Attention, MultiHeadAttention
 void register_contrib_embedding_kernels(KernelRegistry& registry);  // kernels/contrib/embed_layer_norm.cc: EmbedLayerNormalization
+void register_contrib_gather_block_quantized_kernels(KernelRegistry& registry);  // kernels/contrib/gather_block_quantized.cc
 void register_contrib_decoder_attention_kernels(KernelRegistry& registry);  // kernels/contrib/decoder_attention.cc: GroupQueryAttention, RotaryEmbedding
 
 void register_all_kernels(KernelRegistry& registry);

@@ -37,6 +37,7 @@ void register_all_kernels(KernelRegistry& registry) {
     register_contrib_matmul_nbits_kernels(registry);
     register_contrib_attention_kernels(registry);
     register_contrib_embedding_kernels(registry);
+    register_contrib_gather_block_quantized_kernels(registry);
     register_contrib_decoder_attention_kernels(registry);
 }
 
