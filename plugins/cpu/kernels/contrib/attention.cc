@@ -113,14 +113,37 @@ const float* additive_mask(KernelContext& ctx, const MaskSpec& spec, int64_t B, 
     return out;
 }
 
-// Points the fused core's bias at an additive mask made by additive_mask (per head when it holds attention_bias).
-void use_mask(ScoreBias<float>& bias, const float* mask, bool per_head, int64_t heads, int64_t S, int64_t total) {
-    if (mask == nullptr) return;
-    bias.mask = mask;
-    bias.mask_strides[0] = (per_head ? heads : 1) * S * total;
-    bias.mask_strides[1] = per_head ? S * total : 0;
-    bias.mask_strides[2] = total;
-    bias.mask_columns = total;
+struct Shapes {
+    int64_t batch, q_len, past, total, head, v_head;  // total: keys in the cache, past ones included
+};
+
+// The attention once Q and the whole key/value cache are in place: output 0 (B, S, heads * v_head) = softmax(scale *
+// Q K^T + additive_mask(spec)) V on the fused core (scale_attribute 0: 1 / sqrt(head)).
+void attend(KernelContext& ctx, const MaskSpec& spec, const Shapes& shapes, float scale_attribute, int32_t out_type,
+            const Heads<const float>& q, const Heads<const float>& k, const Heads<const float>& v) {
+    const int64_t B = shapes.batch, S = shapes.q_len, heads = spec.heads, total = shapes.total;
+    AttentionDims d;
+    d.batch = B;
+    d.q_heads = d.kv_heads = heads;
+    d.q_len = S;
+    d.kv_len = total;
+    d.head_size = shapes.head;
+    d.v_head_size = shapes.v_head;
+    ScoreEpilogue<float> epilogue;
+    epilogue.bias.q_len = S;
+    if (const float* mask = additive_mask(ctx, spec, B, S, shapes.past, total)) {
+        const bool per_head = ctx.has_input(spec.bias_input);  // attention_bias made the mask per head
+        epilogue.bias.mask = mask;
+        epilogue.bias.mask_strides[0] = (per_head ? heads : 1) * S * total;
+        epilogue.bias.mask_strides[1] = per_head ? S * total : 0;
+        epilogue.bias.mask_strides[2] = total;
+        epilogue.bias.mask_columns = total;
+    }
+    ConvertedOutput<float> y(ctx.output(0, out_type, {B, S, heads * shapes.v_head}));
+    const float scale = scale_attribute != 0.0f ? scale_attribute : 1.0f / std::sqrt(static_cast<float>(shapes.head));
+    run_fused_attention<float>(ctx.pool(), d, scale, q, k, v,
+                               Heads<float>{y.data(), HeadLayout::bshd(heads, S, shapes.v_head)}, epilogue);
+    y.finish(ctx.pool());
 }
 
 // Attention and QAttention.  QAttention is Attention whose projection is an integer product: input (8-bit, with
@@ -228,24 +251,8 @@ public:
             v = Heads<const float>{cache + half, HeadLayout::bhsd(heads_, total, head)};
         }
 
-        AttentionDims d;
-        d.batch = B;
-        d.q_heads = d.kv_heads = heads_;
-        d.q_len = S;
-        d.kv_len = total;
-        d.head_size = head;
-        d.v_head_size = v_head;
-        ScoreEpilogue<float> epilogue;
-        epilogue.bias.q_len = S;
-        const float* mask = additive_mask(
-            ctx, MaskSpec{op, mask_input_, attention_bias_input_, heads_, unidirectional_, mask_filter_value_}, B, S,
-            past, total);
-        use_mask(epilogue.bias, mask, ctx.has_input(attention_bias_input_), heads_, S, total);
-        ConvertedOutput<float> y(ctx.output(0, out_type, {B, S, v_hidden}));
-        const float scale = scale_ != 0.0f ? scale_ : 1.0f / std::sqrt(static_cast<float>(head));
-        run_fused_attention<float>(pool, d, scale, q, k, v, Heads<float>{y.data(), HeadLayout::bshd(heads_, S, v_head)},
-                                   epilogue);
-        y.finish(pool);
+        attend(ctx, MaskSpec{op, mask_input_, attention_bias_input_, heads_, unidirectional_, mask_filter_value_},
+               Shapes{B, S, past, total, head, v_head}, scale_, out_type, q, k, v);
         present.finish(pool);
     }
 
@@ -419,23 +426,8 @@ public:
             v = {vc, HeadLayout::bhsd(heads_, total, v_head)};
         }
 
-        AttentionDims d;
-        d.batch = B;
-        d.q_heads = d.kv_heads = heads_;
-        d.q_len = S;
-        d.kv_len = total;
-        d.head_size = head;
-        d.v_head_size = v_head;
-        ScoreEpilogue<float> epilogue;
-        epilogue.bias.q_len = S;
-        const float* mask = additive_mask(ctx, MaskSpec{op, 4, 5, heads_, unidirectional_, mask_filter_value_}, B, S,
-                                          past, total);
-        use_mask(epilogue.bias, mask, ctx.has_input(5), heads_, S, total);
-        ConvertedOutput<float> y(ctx.output(0, query.type, {B, S, heads_ * v_head}));
-        const float scale = scale_ != 0.0f ? scale_ : 1.0f / std::sqrt(static_cast<float>(head));
-        run_fused_attention<float>(pool, d, scale, q, k, v, Heads<float>{y.data(), HeadLayout::bshd(heads_, S, v_head)},
-                                   epilogue);
-        y.finish(pool);
+        attend(ctx, MaskSpec{op, 4, 5, heads_, unidirectional_, mask_filter_value_},
+               Shapes{B, S, past, total, head, v_head}, scale_, query.type, q, k, v);
         present_k.finish(pool);
         present_v.finish(pool);
     }
