@@ -174,12 +174,14 @@ private:
         const float ra = a_scale / c_scale, rb = b_scale / c_scale;
         for_each_broadcast_run<2>(plan, &ctx.pool(), [&](int64_t o, const std::array<int64_t, 2>& in, int64_t count) {
             // onnxruntime's roles: a scalar A makes B the varying operand; otherwise A is.
-            if (!a_vec && b_vec)
+            if (!a_vec && b_vec) {
                 add_run(b + in[1], rb, zb, a + in[0], true, ra, za, zc, c + o, count);
-            else if (!a_vec)  // both scalar along the run
-                add_run(a + in[0], ra, za, b + in[1], true, rb, zb, zc, c + o, 1), std::fill_n(c + o + 1, count - 1, c[o]);
-            else
+            } else if (!a_vec) {  // both scalar along the run: one value, repeated
+                add_run(a + in[0], ra, za, b + in[1], true, rb, zb, zc, c + o, 1);
+                std::fill_n(c + o + 1, count - 1, c[o]);
+            } else {
                 add_run(a + in[0], ra, za, b + in[1], !b_vec, rb, zb, zc, c + o, count);
+            }
         });
     }
 
