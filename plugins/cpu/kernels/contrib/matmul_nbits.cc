@@ -341,18 +341,29 @@ private:
     // One column of W against Rows rows of A (split as gemv describes): sums[m] = sum_k W[n, k] * A[m, k].
     template <int Bits, int Rows>
     [[gnu::always_inline]] static inline void gemv_column(const Column& c, float* sums) {
+        // One 16-byte group a block (4 bits in blocks of 32, 8 bits in blocks of 16, the common layouts): the
+        // group loop disappears.
+        if (c.blob == 16)
+            gemv_column_groups<Bits, Rows, 1>(c, sums);
+        else
+            gemv_column_groups<Bits, Rows, 0>(c, sums);
+    }
+
+    template <int Bits, int Rows, int FixedGroups>
+    [[gnu::always_inline]] static inline void gemv_column_groups(const Column& c, float* sums) {
+        const int64_t blob = FixedGroups > 0 ? 16 * FixedGroups : c.blob;
         using V16u8 = uint8_t __attribute__((vector_size(16)));
         using V16i = int32_t __attribute__((vector_size(64)));
         using V16f = float __attribute__((vector_size(64)));
         V16f total[Rows] = {};
         for (int64_t b = 0; b < c.blocks; ++b) {
-            __builtin_prefetch(c.data + b * c.blob + 1024);  // the weight streams from memory once per token
+            __builtin_prefetch(c.data + b * blob + 1024);  // the weight streams from memory once per token
             const float zf = c.zeros[b];
             const V16i zi = V16i{} + static_cast<int32_t>(zf);
             V16f acc[Rows] = {};
-            for (int64_t g = 0; g < c.blob; g += 16) {
+            for (int64_t g = 0; g < blob; g += 16) {
                 V16u8 bytes;
-                std::memcpy(&bytes, c.data + b * c.blob + g, 16);
+                std::memcpy(&bytes, c.data + b * blob + g, 16);
                 if constexpr (Bits == 4) {
                     const V16i lo = __builtin_convertvector(bytes & 15, V16i);
                     const V16i hi = __builtin_convertvector(bytes >> 4, V16i);
