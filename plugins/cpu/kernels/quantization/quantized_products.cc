@@ -166,8 +166,8 @@ public:
         for (double s : load_all(b_scale)) b_scales.push_back(static_cast<float>(s));
         const float y_scale_value = static_cast<float>(load_all(y_scale)[0]);
 
-        std::vector<int32_t> sums(static_cast<size_t>(shape_size(plan.output_shape)));
-        integer_matmul(ctx.pool(), plan, A, a_zero, B, b_zero, b_.get(), sums.data());
+        int32_t* sums = thread_scratch_buffer<int32_t, 15>(shape_size(plan.output_shape));  // kept for the next run
+        integer_matmul(ctx.pool(), plan, A, a_zero, B, b_zero, b_.get(), sums);
         Tensor& Y = ctx.output(0, out.type, plan.output_shape);
         const int64_t M = plan.M, N = plan.N;
         auto multiplier = [&](float as, float bs) {
@@ -188,7 +188,7 @@ public:
                             for (int64_t n = 0; n < N; ++n)
                                 row_multipliers[n] = multiplier(as, b_scales[b_scale_index(at.b_row, n)]);
                         }
-                        requantize_run(sums.data() + r * N, 0, row_multipliers.data(), uniform, N, out, y + r * N);
+                        requantize_run(sums + r * N, 0, row_multipliers.data(), uniform, N, out, y + r * N);
                     }
                 });
         });
@@ -323,8 +323,9 @@ public:
         std::vector<double> multipliers(static_cast<size_t>(M));
         for (int64_t m = 0; m < M; ++m) multipliers[m] = (xs * w_scale.ptr<float>()[w_scale_index(m, 0)]) / ys;
 
-        std::vector<int32_t> sums(static_cast<size_t>(shape_size(output_shape)));
-        convolve(ctx.pool(), g, X, x_zero.values[0], W, w_zero.rows(0, M), sums.data());
+        // The int32 sums in this thread's scratch, kept for the next run (no allocation, no zeroing).
+        int32_t* sums = thread_scratch_buffer<int32_t, 15>(shape_size(output_shape));
+        convolve(ctx.pool(), g, X, x_zero.values[0], W, w_zero.rows(0, M), sums);
         Tensor& Y = ctx.output(0, out.type, output_shape);
         const int64_t positions = g.output_size();
         dispatch_8bit(out.type, [&]<typename Out>() {
@@ -333,8 +334,8 @@ public:
             ctx.pool().parallel_for(X.shape[0] * M, grain, [&](int64_t first, int64_t last) {
                 for (int64_t row = first; row < last; ++row) {
                     const int64_t m = row % M;
-                    requantize_run(sums.data() + row * positions, bias ? bias[m] : 0, &multipliers[m], true, positions,
-                                   out, y + row * positions);
+                    requantize_run(sums + row * positions, bias ? bias[m] : 0, &multipliers[m], true, positions, out,
+                                   y + row * positions);
                 }
             });
         });
@@ -386,7 +387,7 @@ private:
             return;
         }
         const bool pointwise = g.is_pointwise();
-        std::vector<uint8_t> columns(pointwise ? 0 : static_cast<size_t>(depth * positions));
+        uint8_t* columns = pointwise ? nullptr : thread_scratch_buffer<uint8_t, 16>(depth * positions);
         const std::vector<int32_t> x_zero_columns(static_cast<size_t>(positions), x_zero);
         const auto* x = static_cast<const uint8_t*>(X.data);
         const auto* w = static_cast<const uint8_t*>(W.data);
@@ -394,9 +395,9 @@ private:
             for (int64_t grp = 0; grp < group_; ++grp) {
                 const uint8_t* image = x + (n * channels + grp * channels_per_group) * g.input_size();
                 if (!pointwise) {
-                    im2col_bytes(pool, g, image, channels_per_group, static_cast<uint8_t>(x_zero), columns.data());
+                    im2col_bytes(pool, g, image, channels_per_group, static_cast<uint8_t>(x_zero), columns);
                 }
-                const Int8PackedB packed(pointwise ? image : columns.data(), X.type == TESS_ELEMENT_INT8, depth,
+                const Int8PackedB packed(pointwise ? image : columns, X.type == TESS_ELEMENT_INT8, depth,
                                          positions, positions, 1, &pool);
                 int8_gemm(pool, filters_per_group, w + grp * filters_per_group * depth, W.type == TESS_ELEMENT_INT8,
                           depth, packed, w_zero.data() + grp * filters_per_group, x_zero_columns.data(),
