@@ -247,7 +247,18 @@ private:
             float* zeros = thread_scratch_buffer<float, 23>(blocks);
             const bool unpacked = !block_zeros_.empty() && !float_zero;
             vec::run_best_isa([&] {
-                for (int64_t n = first * kColumnsPerTask; n < n_end; ++n) {
+                int64_t n = first * kColumnsPerTask;
+                // One row of A, 4-bit blocks of 32 (a token of a 4-bit LLM): two columns a pass share A's loads.
+                if (M == 1 && bits_ == 4 && blob == 16 && !float_zero && unpacked) {
+                    for (; n + 1 < n_end; n += 2) {
+                        float pair[2];
+                        gemv_two_columns(packed + n * blocks * blob, scales + n * blocks,
+                                         block_zeros_.data() + n * blocks, blocks, split, padded, pair);
+                        out[n] = bias != nullptr ? pair[0] + bias[n] : pair[0];
+                        out[n + 1] = bias != nullptr ? pair[1] + bias[n + 1] : pair[1];
+                    }
+                }
+                for (; n < n_end; ++n) {
                     if (unpacked) {
                         const uint8_t* z = block_zeros_.data() + n * blocks;
                         for (int64_t b = 0; b < blocks; ++b) zeros[b] = z[b];
@@ -347,6 +358,42 @@ private:
             gemv_column_groups<Bits, Rows, 1>(c, sums);
         else
             gemv_column_groups<Bits, Rows, 0>(c, sums);
+    }
+
+    // Columns n and n + 1 (adjacent in B, blocks of 32 4-bit values, packed zero points) against one row of A.
+    [[gnu::always_inline]] static inline void gemv_two_columns(const uint8_t* data, const float* scales,
+                                                               const uint8_t* zeros, int64_t blocks, const float* split,
+                                                               int64_t padded, float* sums) {
+        using V16u8 = uint8_t __attribute__((vector_size(16)));
+        using V16i = int32_t __attribute__((vector_size(64)));
+        using V16f = float __attribute__((vector_size(64)));
+        V16f total0{}, total1{};
+        const uint8_t* second = data + blocks * 16;
+        for (int64_t b = 0; b < blocks; ++b) {
+            __builtin_prefetch(data + b * 16 + 1024);
+            __builtin_prefetch(second + b * 16 + 1024);
+            V16u8 bytes0, bytes1;
+            std::memcpy(&bytes0, data + b * 16, 16);
+            std::memcpy(&bytes1, second + b * 16, 16);
+            V16f ae, ao;
+            std::memcpy(&ae, split + b * 16, sizeof ae);
+            std::memcpy(&ao, split + padded / 2 + b * 16, sizeof ao);
+            const V16i z0 = V16i{} + static_cast<int32_t>(zeros[b]);
+            const V16i z1 = V16i{} + static_cast<int32_t>(zeros[blocks + b]);
+            const V16f acc0 = __builtin_convertvector(__builtin_convertvector(bytes0 & 15, V16i) - z0, V16f) * ae +
+                              __builtin_convertvector(__builtin_convertvector(bytes0 >> 4, V16i) - z0, V16f) * ao;
+            const V16f acc1 = __builtin_convertvector(__builtin_convertvector(bytes1 & 15, V16i) - z1, V16f) * ae +
+                              __builtin_convertvector(__builtin_convertvector(bytes1 >> 4, V16i) - z1, V16f) * ao;
+            total0 += acc0 * scales[b];
+            total1 += acc1 * scales[blocks + b];
+        }
+        float s0 = 0, s1 = 0;
+        for (int lane = 0; lane < 16; ++lane) {
+            s0 += total0[lane];
+            s1 += total1[lane];
+        }
+        sums[0] = s0;
+        sums[1] = s1;
     }
 
     template <int Bits, int Rows, int FixedGroups>
