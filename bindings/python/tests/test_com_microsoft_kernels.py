@@ -589,3 +589,47 @@ def test_gather_block_quantized(rng, bits, block, zero, rows_shape):
     check("GatherBlockQuantized", [("data", data), ("indices", indices), ("scales", scales),
                                    ("zero_points", zero_points)], [("Y", F32)], constants=("data", "scales", "zero_points"),
           exact=True, bits=bits, block_size=block, quantize_axis=len(rows_shape) - 1)
+
+
+@pytest.mark.parametrize("segments,mask", [(True, True), (False, False)])
+def test_qembed_layer_normalization(rng, segments, mask):
+    """quantize_dynamic's EmbedLayerNormalization: uint8 tables, gamma and beta, each with its scale and zero
+    point, dequantized as they are read."""
+    B, S, H, V = 2, 6, 32, 40
+    m = np.ones((B, S), np.int32)
+    m[0, 4:] = 0
+    table = lambda *shape: q(rng, U8, shape)  # noqa: E731
+    scale = lambda: np.array(rng.uniform(0.01, 0.05), F32)  # noqa: E731
+    zero = lambda: np.array(rng.integers(100, 150), U8)  # noqa: E731
+    inputs = [("input_ids", rng.integers(0, V, (B, S)).astype(np.int32)),
+              ("segment_ids", rng.integers(0, 2, (B, S)).astype(np.int32) if segments else None),
+              ("word", table(V, H)), ("position", table(16, H)), ("segment", table(2, H) if segments else None),
+              ("gamma", table(H)), ("beta", table(H)), ("mask", m if mask else None),
+              ("word_scale", scale()), ("position_scale", scale()), ("segment_scale", scale() if segments else None),
+              ("gamma_scale", scale()), ("beta_scale", scale()),
+              ("word_zero", zero()), ("position_zero", zero()), ("segment_zero", zero() if segments else None),
+              ("gamma_zero", zero()), ("beta_zero", zero())]
+    ours, theirs = run_both("QEmbedLayerNormalization", inputs, [("out", F32), ("mask_index", np.int32)],
+                            constants={"word", "position", "segment"}, epsilon=1e-12)
+    assert_near(ours[:1], theirs[:1], rtol=1e-5)
+    assert_exact(ours[1:], theirs[1:])
+
+
+def test_embed_layer_normalization_float16_tables(rng):
+    """float16 tables (onnxruntime's CPU kernel takes float only): the float32 result of the same values, rounded."""
+    B, S, H, V = 2, 5, 16, 30
+    ids = rng.integers(0, V, (B, S)).astype(np.int32)
+    word, pos = rng.standard_normal((V, H)).astype(F16), rng.standard_normal((8, H)).astype(F16)
+    gamma, beta = rng.uniform(0.5, 1.5, H).astype(F16), rng.standard_normal(H).astype(F16)
+
+    def run(dtype):
+        inputs = [("input_ids", ids), ("segment_ids", None), ("word", word.astype(dtype)),
+                  ("position", pos.astype(dtype)), ("segment", None), ("gamma", gamma.astype(dtype)),
+                  ("beta", beta.astype(dtype))]
+        model = one_node_model("EmbedLayerNormalization", inputs, [("out", dtype)], constants={"word", "position"})
+        return tessera.InferenceSession(model.SerializeToString(), providers=["cpu"], strict=True).run(
+            None, {"input_ids": ids, "gamma": gamma.astype(dtype), "beta": beta.astype(dtype)})[0]
+
+    half, single = run(F16), run(F32)
+    assert half.dtype == F16
+    np.testing.assert_allclose(half.astype(F32), single, rtol=2e-3, atol=2e-3)
