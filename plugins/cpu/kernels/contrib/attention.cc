@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kernels/all_kernels.h"
+#include "kernels/contrib/contrib_registry.h"
 #include "kernels/quantization/integer_matmul.h"
 #include "kernels/transformer/attention_core.h"
 #include "util/compute_cast.h"
@@ -458,33 +459,10 @@ private:
 }  // namespace
 
 void register_contrib_attention_kernels(KernelRegistry& registry) {
-    const std::vector<int32_t> floats{TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT16};
-    registry.add(KernelDef{.domain = "com.microsoft",
-                           .op_type = "Attention",
-                           .since_version = 1,
-                           .end_version = 0,
-                           .input_types = {{0, floats}, {1, floats}},
-                           .memory = KernelMemory::Normal,
-                           .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
-                               return std::make_unique<MicrosoftAttentionKernel>(info, false);
-                           }});
-    const std::vector<int32_t> k8bit{TESS_ELEMENT_INT8, TESS_ELEMENT_UINT8};
-    registry.add(KernelDef{.domain = "com.microsoft",
-                           .op_type = "QAttention",
-                           .since_version = 1,
-                           .end_version = 0,
-                           .input_types = {{0, k8bit}, {1, k8bit}},
-                           .memory = KernelMemory::Normal,
-                           .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
-                               return std::make_unique<MicrosoftAttentionKernel>(info, true);
-                           }});
-    registry.add(KernelDef{.domain = "com.microsoft",
-                           .op_type = "MultiHeadAttention",
-                           .since_version = 1,
-                           .end_version = 0,
-                           .input_types = {{0, floats}},
-                           .memory = KernelMemory::Normal,
-                           .factory = make_factory<MultiHeadAttentionKernel>()});
+    using namespace contrib;
+    add(registry, "Attention", {{0, kFloat32Or16}, {1, kFloat32Or16}}, factory_with<MicrosoftAttentionKernel>(false));
+    add(registry, "QAttention", {{0, k8bit}, {1, k8bit}}, factory_with<MicrosoftAttentionKernel>(true));
+    add(registry, "MultiHeadAttention", {{0, kFloat32Or16}}, make_factory<MultiHeadAttentionKernel>());
 }
 
 }  // namespace tessera::cpu

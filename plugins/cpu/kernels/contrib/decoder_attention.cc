@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/all_kernels.h"
+#include "kernels/contrib/contrib_registry.h"
 #include "kernels/transformer/attention_core.h"
 #include "util/compute_cast.h"
 #include "util/thread_scratch.h"
@@ -314,21 +315,9 @@ private:
 }  // namespace
 
 void register_contrib_decoder_attention_kernels(KernelRegistry& registry) {
-    const std::vector<int32_t> floats{TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT16};
-    registry.add(KernelDef{.domain = "com.microsoft",
-                           .op_type = "RotaryEmbedding",
-                           .since_version = 1,
-                           .end_version = 0,
-                           .input_types = {{0, floats}},
-                           .memory = KernelMemory::Normal,
-                           .factory = make_factory<RotaryEmbeddingKernel>()});
-    registry.add(KernelDef{.domain = "com.microsoft",
-                           .op_type = "GroupQueryAttention",
-                           .since_version = 1,
-                           .end_version = 0,
-                           .input_types = {{0, floats}},
-                           .memory = KernelMemory::Normal,
-                           .factory = make_factory<GroupQueryAttentionKernel>()});
+    using namespace contrib;
+    add(registry, "RotaryEmbedding", {{0, kFloat32Or16}}, make_factory<RotaryEmbeddingKernel>());
+    add(registry, "GroupQueryAttention", {{0, kFloat32Or16}}, make_factory<GroupQueryAttentionKernel>());
 }
 
 }  // namespace tessera::cpu

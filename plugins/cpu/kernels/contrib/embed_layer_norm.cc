@@ -14,6 +14,7 @@
 #include <string>
 
 #include "kernels/all_kernels.h"
+#include "kernels/contrib/contrib_registry.h"
 #include "runtime/host.h"
 #include "util/compute_cast.h"
 #include "util/thread_scratch.h"
@@ -189,24 +190,11 @@ private:
 }  // namespace
 
 void register_contrib_embedding_kernels(KernelRegistry& registry) {
-    registry.add(KernelDef{.domain = "com.microsoft",
-                           .op_type = "EmbedLayerNormalization",
-                           .since_version = 1,
-                           .end_version = 0,
-                           .input_types = {{0, {TESS_ELEMENT_INT32}}, {2, {TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT16}}},
-                           .memory = KernelMemory::Normal,
-                           .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
-                               return std::make_unique<EmbedLayerNormalizationKernel>(info, false);
-                           }});
-    registry.add(KernelDef{.domain = "com.microsoft",
-                           .op_type = "QEmbedLayerNormalization",
-                           .since_version = 1,
-                           .end_version = 0,
-                           .input_types = {{0, {TESS_ELEMENT_INT32}}, {2, {TESS_ELEMENT_UINT8, TESS_ELEMENT_INT8}}},
-                           .memory = KernelMemory::Normal,
-                           .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
-                               return std::make_unique<EmbedLayerNormalizationKernel>(info, true);
-                           }});
+    using namespace contrib;
+    add(registry, "EmbedLayerNormalization", {{0, {TESS_ELEMENT_INT32}}, {2, kFloat32Or16}},
+        factory_with<EmbedLayerNormalizationKernel>(false));
+    add(registry, "QEmbedLayerNormalization", {{0, {TESS_ELEMENT_INT32}}, {2, k8bit}},
+        factory_with<EmbedLayerNormalizationKernel>(true));
 }
 
 }  // namespace tessera::cpu

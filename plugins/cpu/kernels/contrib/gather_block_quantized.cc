@@ -13,6 +13,7 @@
 #include <string>
 
 #include "kernels/all_kernels.h"
+#include "kernels/contrib/contrib_registry.h"
 #include "util/compute_cast.h"
 
 namespace tessera::cpu {
@@ -111,13 +112,8 @@ private:
 }  // namespace
 
 void register_contrib_gather_block_quantized_kernels(KernelRegistry& registry) {
-    registry.add(KernelDef{.domain = "com.microsoft",
-                           .op_type = "GatherBlockQuantized",
-                           .since_version = 1,
-                           .end_version = 0,
-                           .input_types = {{0, {TESS_ELEMENT_UINT8, TESS_ELEMENT_INT4, TESS_ELEMENT_UINT4}}},
-                           .memory = KernelMemory::Normal,
-                           .factory = make_factory<GatherBlockQuantizedKernel>()});
+    contrib::add(registry, "GatherBlockQuantized", {{0, {TESS_ELEMENT_UINT8, TESS_ELEMENT_INT4, TESS_ELEMENT_UINT4}}},
+                 make_factory<GatherBlockQuantizedKernel>());
 }
 
 }  // namespace tessera::cpu

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "kernels/all_kernels.h"
+#include "kernels/contrib/contrib_registry.h"
 #include "util/compute_cast.h"
 #include "util/gemm.h"
 #include "util/thread_scratch.h"
@@ -454,14 +455,8 @@ private:
 }  // namespace
 
 void register_contrib_matmul_nbits_kernels(KernelRegistry& registry) {
-    const std::vector<int32_t> a_types{TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT16};
-    registry.add(KernelDef{.domain = "com.microsoft",
-                           .op_type = "MatMulNBits",
-                           .since_version = 1,
-                           .end_version = 0,
-                           .input_types = {{0, a_types}, {1, {TESS_ELEMENT_UINT8}}},
-                           .memory = KernelMemory::Normal,
-                           .factory = make_factory<MatMulNBitsKernel>()});
+    contrib::add(registry, "MatMulNBits", {{0, contrib::kFloat32Or16}, {1, {TESS_ELEMENT_UINT8}}},
+                 make_factory<MatMulNBitsKernel>());
 }
 
 }  // namespace tessera::cpu

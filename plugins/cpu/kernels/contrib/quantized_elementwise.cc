@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/all_kernels.h"
+#include "kernels/contrib/contrib_registry.h"
 #include "runtime/host.h"
 #include "util/axes.h"
 #include "util/broadcast.h"
@@ -578,33 +579,16 @@ private:
 }  // namespace
 
 void register_contrib_quantized_elementwise_kernels(KernelRegistry& registry) {
-    const std::vector<int32_t> k8bit{TESS_ELEMENT_INT8, TESS_ELEMENT_UINT8};
-    auto add = [&](const char* op, std::vector<std::pair<size_t, std::vector<int32_t>>> types, KernelFactory factory) {
-        registry.add(KernelDef{.domain = "com.microsoft",
-                               .op_type = op,
-                               .since_version = 1,
-                               .end_version = 0,
-                               .input_types = std::move(types),
-                               .memory = KernelMemory::Normal,
-                               .factory = std::move(factory)});
-    };
-    add("QLinearAdd", {{0, k8bit}, {3, k8bit}}, [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
-        return std::make_unique<QLinearBinaryKernel>(info, false);
-    });
-    add("QLinearMul", {{0, k8bit}, {3, k8bit}}, [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
-        return std::make_unique<QLinearBinaryKernel>(info, true);
-    });
-    add("QLinearSigmoid", {{0, k8bit}}, [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
-        return std::make_unique<QLinearTableKernel>(info, true);
-    });
-    add("QLinearLeakyRelu", {{0, k8bit}}, [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
-        return std::make_unique<QLinearTableKernel>(info, false);
-    });
-    add("QLinearGlobalAveragePool", {{0, k8bit}}, make_factory<QLinearGlobalAveragePoolKernel>());
-    add("QLinearAveragePool", {{0, k8bit}}, make_factory<QLinearAveragePoolKernel>());
-    add("QLinearConcat", {}, make_factory<QLinearConcatKernel>());
-    add("QLinearWhere", {{1, k8bit}, {4, k8bit}}, make_factory<QLinearWhereKernel>());
-    add("QLinearSoftmax", {{0, k8bit}}, make_factory<QLinearSoftmaxKernel>());
+    using namespace contrib;
+    add(registry, "QLinearAdd", {{0, k8bit}, {3, k8bit}}, factory_with<QLinearBinaryKernel>(false));
+    add(registry, "QLinearMul", {{0, k8bit}, {3, k8bit}}, factory_with<QLinearBinaryKernel>(true));
+    add(registry, "QLinearSigmoid", {{0, k8bit}}, factory_with<QLinearTableKernel>(true));
+    add(registry, "QLinearLeakyRelu", {{0, k8bit}}, factory_with<QLinearTableKernel>(false));
+    add(registry, "QLinearGlobalAveragePool", {{0, k8bit}}, make_factory<QLinearGlobalAveragePoolKernel>());
+    add(registry, "QLinearAveragePool", {{0, k8bit}}, make_factory<QLinearAveragePoolKernel>());
+    add(registry, "QLinearConcat", {}, make_factory<QLinearConcatKernel>());
+    add(registry, "QLinearWhere", {{1, k8bit}, {4, k8bit}}, make_factory<QLinearWhereKernel>());
+    add(registry, "QLinearSoftmax", {{0, k8bit}}, make_factory<QLinearSoftmaxKernel>());
 }
 
 }  // namespace tessera::cpu

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kernels/all_kernels.h"
+#include "kernels/contrib/contrib_registry.h"
 #include "kernels/quantization/integer_matmul.h"
 #include "kernels/quantization/quantize_support.h"
 #include "util/cpu_isa.h"
@@ -330,29 +331,12 @@ private:
 }  // namespace
 
 void register_contrib_quantized_matmul_kernels(KernelRegistry& registry) {
-    const std::vector<int32_t> k8bit{TESS_ELEMENT_INT8, TESS_ELEMENT_UINT8};
-    const std::vector<int32_t> kFloat{TESS_ELEMENT_FLOAT32};
-    registry.add(KernelDef{.domain = "com.microsoft",
-                           .op_type = "MatMulIntegerToFloat",
-                           .since_version = 1,
-                           .end_version = 0,
-                           .input_types = {{0, k8bit}, {1, k8bit}, {2, kFloat}},
-                           .memory = KernelMemory::Normal,
-                           .factory = make_factory<MatMulIntegerToFloatKernel>()});
-    registry.add(KernelDef{.domain = "com.microsoft",
-                           .op_type = "DynamicQuantizeMatMul",
-                           .since_version = 1,
-                           .end_version = 0,
-                           .input_types = {{0, kFloat}, {1, k8bit}},
-                           .memory = KernelMemory::Normal,
-                           .factory = make_factory<DynamicQuantizeMatMulKernel>()});
-    registry.add(KernelDef{.domain = "com.microsoft",
-                           .op_type = "QGemm",
-                           .since_version = 1,
-                           .end_version = 0,
-                           .input_types = {{0, k8bit}, {3, k8bit}},
-                           .memory = KernelMemory::Normal,
-                           .factory = make_factory<QGemmKernel>()});
+    using namespace contrib;
+    add(registry, "MatMulIntegerToFloat", {{0, k8bit}, {1, k8bit}, {2, {TESS_ELEMENT_FLOAT32}}},
+        make_factory<MatMulIntegerToFloatKernel>());
+    add(registry, "DynamicQuantizeMatMul", {{0, {TESS_ELEMENT_FLOAT32}}, {1, k8bit}},
+        make_factory<DynamicQuantizeMatMulKernel>());
+    add(registry, "QGemm", {{0, k8bit}, {3, k8bit}}, make_factory<QGemmKernel>());
 }
 
 }  // namespace tessera::cpu
