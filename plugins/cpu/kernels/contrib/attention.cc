@@ -371,7 +371,7 @@ public:
             k_in.emplace(key, pool);
             v_in.emplace(value, pool);
             const float* qd = q_in.data();
-            if (bias != nullptr) qd = with_bias(q_in.data(), B * S, heads_ * head, bias, 30);
+            if (bias != nullptr) qd = with_bias<30>(q_in.data(), B * S, heads_ * head, bias);
             q = {qd, HeadLayout::bshd(heads_, S, head)};
             if (key.rank() == 4) {  // (B, N, L, H): the whole key and value
                 if (key.shape[0] != B || key.shape[1] != heads_ || key.shape[3] != head || value.rank() != 4 ||
@@ -392,8 +392,8 @@ public:
                 const float* kd = k_in->data();
                 const float* vd = v_in->data();
                 if (bias != nullptr) {
-                    kd = with_bias(kd, B * L, heads_ * head, bias + heads_ * head, 31);
-                    vd = with_bias(vd, B * L, heads_ * v_head, bias + 2 * heads_ * head, 32);
+                    kd = with_bias<31>(kd, B * L, heads_ * head, bias + heads_ * head);
+                    vd = with_bias<32>(vd, B * L, heads_ * v_head, bias + 2 * heads_ * head);
                 }
                 k = {kd, HeadLayout::bshd(heads_, L, head)};
                 v = {vd, HeadLayout::bshd(heads_, L, v_head)};
@@ -436,18 +436,11 @@ public:
 private:
     // rows x width values plus a bias of `width`, in this thread's scratch slot `Slot`.
     template <int Slot>
-    static const float* with_bias_in(const float* x, int64_t rows, int64_t width, const float* bias) {
+    static const float* with_bias(const float* x, int64_t rows, int64_t width, const float* bias) {
         float* out = thread_scratch_buffer<float, Slot>(rows * width);
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t c = 0; c < width; ++c) out[r * width + c] = x[r * width + c] + bias[c];
         return out;
-    }
-    static const float* with_bias(const float* x, int64_t rows, int64_t width, const float* bias, int slot) {
-        switch (slot) {
-            case 30: return with_bias_in<30>(x, rows, width, bias);
-            case 31: return with_bias_in<31>(x, rows, width, bias);
-            default: return with_bias_in<32>(x, rows, width, bias);
-        }
     }
 
     int64_t heads_;

@@ -58,11 +58,12 @@ public:
         const uint8_t* zero = ctx.has_input(3) ? static_cast<const uint8_t*>(ctx.input(3).data) : nullptr;
         const bool signed4 = data.type == TESS_ELEMENT_INT4;
 
+        if (indices.type != TESS_ELEMENT_INT64 && indices.type != TESS_ELEMENT_INT32)
+            throw_unsupported_type(op + " indices", indices.type);
         std::vector<int64_t> rows_of(static_cast<size_t>(indices.size()));
+        convert::load_int64s(indices.type, indices.data, 0, indices.size(), rows_of.data());
         for (int64_t i = 0; i < indices.size(); ++i) {
-            int64_t r = indices.type == TESS_ELEMENT_INT64 ? indices.ptr<int64_t>()[i]
-                      : indices.type == TESS_ELEMENT_INT32 ? indices.ptr<int32_t>()[i]
-                                                           : (throw_unsupported_type(op + " indices", indices.type), 0);
+            int64_t r = rows_of[i];
             if (r < 0) r += rows;
             if (r < 0 || r >= rows) throw KernelError(op + ": index " + std::to_string(r) + " is out of range");
             rows_of[i] = r;

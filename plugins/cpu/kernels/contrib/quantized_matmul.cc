@@ -59,6 +59,18 @@ ColumnScales column_scales(const std::string& op, float a_scale, const Tensor& b
 // One row: y[n] = float(sum[n]) * scale[n] + bias[n] (scale[0] for all when `uniform`; no bias when null), in place
 // over the int32 sums.  A multiply, then an add, each rounded, as onnxruntime's output processor does: contraction
 // into FMAs is off here, and the AVX-512 copy uses explicit multiply and add instructions.
+[[gnu::optimize("fp-contract=off")]] void scale_row(float* y, int64_t n, const float* scale, bool uniform,
+                                                     const float* bias) {
+    for (int64_t i = 0; i < n; ++i) {
+        int32_t sum;
+        std::memcpy(&sum, y + i, sizeof sum);
+        float v = static_cast<float>(sum) * scale[uniform ? 0 : i];
+        if (bias != nullptr) v = v + bias[i];
+        y[i] = v;
+    }
+}
+
+// The same on AVX-512.  Contraction must be off here too: GCC fuses the intrinsics' multiply and add otherwise.
 [[gnu::target("avx512f"), gnu::optimize("fp-contract=off")]] void scale_row_avx512(float* y, int64_t n,
                                                                                   const float* scale, bool uniform,
                                                                                   const float* bias) {
@@ -70,24 +82,7 @@ ColumnScales column_scales(const std::string& op, float a_scale, const Tensor& b
         if (bias != nullptr) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + i));
         _mm512_storeu_ps(y + i, v);
     }
-    for (; i < n; ++i) {
-        int32_t sum;
-        std::memcpy(&sum, y + i, sizeof sum);
-        float v = static_cast<float>(sum) * scale[uniform ? 0 : i];
-        if (bias != nullptr) v = v + bias[i];
-        y[i] = v;
-    }
-}
-
-[[gnu::optimize("fp-contract=off")]] void scale_row(float* y, int64_t n, const float* scale, bool uniform,
-                                                     const float* bias) {
-    for (int64_t i = 0; i < n; ++i) {
-        int32_t sum;
-        std::memcpy(&sum, y + i, sizeof sum);
-        float v = static_cast<float>(sum) * scale[uniform ? 0 : i];
-        if (bias != nullptr) v = v + bias[i];
-        y[i] = v;
-    }
+    scale_row(y + i, n - i, uniform ? scale : scale + i, uniform, bias != nullptr ? bias + i : nullptr);  // the tail
 }
 
 // Y (plan.output_shape, float) = float(sums) * scale + bias, in place over the int32 sums that Y's buffer holds.
