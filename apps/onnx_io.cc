@@ -21,6 +21,9 @@
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <google/protobuf/wire_format_lite.h>
 
+#include "tessera/support/element_types.hpp"
+#include "tessera/support/float16.hpp"
+
 namespace tessera::onnx_io {
 namespace {
 
@@ -67,41 +70,10 @@ double decode_minifloat(uint32_t bits, int exponent_bits, int mantissa_bits, int
     return negative ? -value : value;
 }
 
-uint16_t float_to_half(float f) {
-    uint32_t x;
-    std::memcpy(&x, &f, sizeof x);
-    const uint32_t sign = (x >> 16) & 0x8000u;
-    uint32_t magnitude = x & 0x7fffffffu;
-    if (magnitude >= 0x7f800000u) return static_cast<uint16_t>(sign | (magnitude > 0x7f800000u ? 0x7e00u : 0x7c00u));
-    if (magnitude >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past 65504: infinity
-    if (magnitude < 0x38800000u) {  // below 2^-14: a half subnormal, counted in units of 2^-24
-        float a;
-        std::memcpy(&a, &magnitude, sizeof a);
-        return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.0f)));
-    }
-    magnitude += 0xc8000fffu + ((magnitude >> 13) & 1u);  // rebias 127 -> 15 and round to nearest even
-    return static_cast<uint16_t>(sign | (magnitude >> 13));
-}
-
-uint16_t float_to_bfloat16(float f) {
-    uint32_t x;
-    std::memcpy(&x, &f, sizeof x);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // keep NaN a NaN
-    return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
 // Bits per element of the packed sub-byte types; 0 for every other type.
 unsigned packed_bits(ElementType type) {
-    switch (type) {
-        case TESS_ELEMENT_FLOAT6E2M3:
-        case TESS_ELEMENT_FLOAT6E3M2: return 6;
-        case TESS_ELEMENT_UINT4:
-        case TESS_ELEMENT_INT4:
-        case TESS_ELEMENT_FLOAT4E2M1: return 4;
-        case TESS_ELEMENT_UINT2:
-        case TESS_ELEMENT_INT2: return 2;
-        default: return 0;
-    }
+    const support::ElementTypeInfo info = support::element_type_info(type);
+    return info.bytes == 0 ? static_cast<unsigned>(info.bits) : 0;
 }
 
 // Element `index` of a packed tensor: one bit stream, low bits first (a 6-bit element may straddle two bytes).
@@ -835,7 +807,7 @@ Value generated_input(const ValueInfo& declared) {
         case TESS_ELEMENT_BFLOAT16: {
             uint16_t* out = value.data<uint16_t>();
             for (size_t i = 0; i < n; ++i)
-                out[i] = type == TESS_ELEMENT_FLOAT16 ? float_to_half(light(i)) : float_to_bfloat16(light(i));
+                out[i] = type == TESS_ELEMENT_FLOAT16 ? support::float_to_half(light(i)) : support::float_to_bfloat16(light(i));
             break;
         }
         default: break;

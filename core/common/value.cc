@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/status.h"
+#include "tessera/support/element_types.hpp"
 
 TessValue::~TessValue() {
     if (deleter != nullptr && data != nullptr) deleter(deleter_data, data);
@@ -27,66 +28,22 @@ namespace tessera {
 
 namespace {
 
-struct TypeFacts {
-    const char* name;
-    size_t bytes;      // per element; 0 for strings / sub-byte
-    size_t bits;       // per element
-};
-
-TypeFacts facts(int32_t type) {
-    switch (type) {
-        case TESS_ELEMENT_FLOAT32: return {"float", 4, 32};
-        case TESS_ELEMENT_UINT8: return {"uint8", 1, 8};
-        case TESS_ELEMENT_INT8: return {"int8", 1, 8};
-        case TESS_ELEMENT_UINT16: return {"uint16", 2, 16};
-        case TESS_ELEMENT_INT16: return {"int16", 2, 16};
-        case TESS_ELEMENT_INT32: return {"int32", 4, 32};
-        case TESS_ELEMENT_INT64: return {"int64", 8, 64};
-        case TESS_ELEMENT_STRING: return {"string", 0, 0};
-        case TESS_ELEMENT_BOOL: return {"bool", 1, 8};
-        case TESS_ELEMENT_FLOAT16: return {"float16", 2, 16};
-        case TESS_ELEMENT_FLOAT64: return {"double", 8, 64};
-        case TESS_ELEMENT_UINT32: return {"uint32", 4, 32};
-        case TESS_ELEMENT_UINT64: return {"uint64", 8, 64};
-        case TESS_ELEMENT_COMPLEX64: return {"complex64", 8, 64};
-        case TESS_ELEMENT_COMPLEX128: return {"complex128", 16, 128};
-        case TESS_ELEMENT_BFLOAT16: return {"bfloat16", 2, 16};
-        case TESS_ELEMENT_FLOAT8E4M3FN: return {"float8e4m3fn", 1, 8};
-        case TESS_ELEMENT_FLOAT8E4M3FNUZ: return {"float8e4m3fnuz", 1, 8};
-        case TESS_ELEMENT_FLOAT8E5M2: return {"float8e5m2", 1, 8};
-        case TESS_ELEMENT_FLOAT8E5M2FNUZ: return {"float8e5m2fnuz", 1, 8};
-        case TESS_ELEMENT_UINT4: return {"uint4", 0, 4};
-        case TESS_ELEMENT_INT4: return {"int4", 0, 4};
-        case TESS_ELEMENT_FLOAT4E2M1: return {"float4e2m1", 0, 4};
-        case TESS_ELEMENT_FLOAT8E8M0: return {"float8e8m0", 1, 8};
-        case TESS_ELEMENT_UINT2: return {"uint2", 0, 2};
-        case TESS_ELEMENT_INT2: return {"int2", 0, 2};
-        case TESS_ELEMENT_FLOAT6E2M3: return {"float6e2m3", 0, 6};
-        case TESS_ELEMENT_FLOAT6E3M2: return {"float6e3m2", 0, 6};
-        default: return {nullptr, 0, 0};
-    }
-}
-
 void free_aligned(void*, void* data) { std::free(data); }
 
 }  // namespace
 
-size_t element_size(int32_t type) { return facts(type).bytes; }
+// The element-type table is the one plugins use (the SDK's support layer), so names and sizes agree everywhere.
+size_t element_size(int32_t type) { return support::element_type_info(type).bytes; }
 
-size_t element_bits(int32_t type) { return facts(type).bits; }
+size_t element_bits(int32_t type) { return support::element_type_info(type).bits; }
 
-size_t storage_bytes(int32_t type, size_t count) {
-    TypeFacts f = facts(type);
-    if (f.bytes != 0) return f.bytes * count;
-    return (count * f.bits + 7) / 8;
+size_t storage_bytes(int32_t type, size_t count) { return support::element_storage_bytes(type, count); }
+
+bool is_valid_element_type(int32_t type) {
+    return type == TESS_ELEMENT_STRING || support::element_type_info(type).bits != 0;
 }
 
-bool is_valid_element_type(int32_t type) { return facts(type).name != nullptr; }
-
-const char* element_type_name(int32_t type) {
-    const char* name = facts(type).name;
-    return name != nullptr ? name : "undefined";
-}
+const char* element_type_name(int32_t type) { return support::element_type_name(type); }
 
 size_t checked_element_count(const int64_t* dims, size_t rank) {
     size_t n = 1;

@@ -5,11 +5,13 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <utility>
 
 #include "runtime/allocator.h"
 #include "runtime/graph_executor.h"
 #include "runtime/host.h"
 #include "kernels/all_kernels.h"
+#include "tessera/support/plugin_entry.hpp"
 #include "tessera/version.h"
 #include "util/gemm.h"
 
@@ -28,23 +30,9 @@ Plugin& plugin() {
     return p;
 }
 
+// Every ABI function's body: kernel, stop and memory-limit errors carry their own status codes (support::Error).
 template <typename Fn> TessStatus* guarded(Fn&& fn) noexcept {
-    try {
-        fn();
-        return nullptr;
-    } catch (const std::bad_alloc&) {
-        return host().status_create(TESS_STATUS_OUT_OF_MEMORY, "cpu: out of memory");
-    } catch (const KernelError& e) {
-        return host().status_create(TESS_STATUS_RUNTIME_ERROR, e.what());
-    } catch (const RunStopped& e) {
-        return host().status_create(TESS_STATUS_CANCELLED, e.what());
-    } catch (const MemoryLimitExceeded& e) {
-        return host().status_create(TESS_STATUS_OUT_OF_MEMORY, e.what());
-    } catch (const std::exception& e) {
-        return host().status_create(TESS_STATUS_INTERNAL, e.what());
-    } catch (...) {
-        return host().status_create(TESS_STATUS_INTERNAL, "cpu: unknown exception");
-    }
+    return support::guarded(&host(), "cpu", std::forward<Fn>(fn));
 }
 
 }  // namespace
@@ -193,28 +181,20 @@ const TessProviderApi kCpuProvider = [] {
 
 const TessProviderApi* const kProviders[] = {&kCpuProvider};
 
+const auto kPlugin =
+    tessera::support::PluginDescription::of_providers("tessera-cpu", TESS_VERSION_STRING, kProviders);
+
 }  // namespace
 
 extern "C" TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host_api, TessPluginExports* exports) {
-    if (host_api == nullptr || exports == nullptr) return nullptr;  // nothing to report through
-    if (host_api->abi_version_max < TESS_PLUGIN_ABI_VERSION_MIN || host_api->abi_version_min > TESS_PLUGIN_ABI_VERSION_MAX)
-        return host_api->status_create(TESS_STATUS_ABI_MISMATCH, "the cpu provider speaks plugin ABI 1");
-    return guarded([&] {
-        // Every environment that loads the plugin enters it, possibly while sessions of another one run kernels
-        // that read these globals (provider.h): they are written by the first entry only.  (Rewriting the host
-        // table on each entry was a data race ThreadSanitizer found in tests/core/test_concurrency.cc.)
-        static std::once_flag initialized;
-        std::call_once(initialized, [&] {
-            set_host(host_api);
-            init_blas_single_threaded();
-            register_all_kernels(plugin().registry);
-            set_subgraph_registry(&plugin().registry);
-        });
-        exports->abi_version = TESS_PLUGIN_ABI_VERSION_MAX < host_api->abi_version_max ? TESS_PLUGIN_ABI_VERSION_MAX
-                                                                                      : host_api->abi_version_max;
-        exports->name = "tessera-cpu";
-        exports->version = TESS_VERSION_STRING;
-        exports->provider_count = 1;
-        exports->providers = kProviders;
+    // Kernels read these globals while sessions of another environment run (provider.h), so they are written by
+    // the first entry only.  (Rewriting the host table on each entry was a data race ThreadSanitizer found in
+    // tests/core/test_concurrency.cc.)
+    static std::once_flag initialized;
+    return tessera::support::enter_plugin(host_api, exports, kPlugin, initialized, [&] {
+        set_host(host_api);
+        init_blas_single_threaded();
+        register_all_kernels(plugin().registry);
+        set_subgraph_registry(&plugin().registry);
     });
 }

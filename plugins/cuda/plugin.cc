@@ -9,6 +9,7 @@
 #include <string>
 
 #include "impl_api.h"
+#include "tessera/support/plugin_entry.hpp"
 #include "tessera/version.h"
 
 namespace {
@@ -152,20 +153,14 @@ const TessProviderApi kCudaProvider = [] {
 
 const TessProviderApi* const kProviders[] = {&kCudaProvider};
 
+const auto kPlugin =
+    tessera::support::PluginDescription::of_providers("tessera-cuda", TESS_VERSION_STRING, kProviders);
+
 }  // namespace
 
 extern "C" TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host, TessPluginExports* exports) {
-    if (host == nullptr || exports == nullptr) return nullptr;  // nothing to report through
     // Written by the first entry only: later ones (one per environment) may come while sessions of other
     // environments use the provider (provider.h).
     static std::once_flag initialized;
-    std::call_once(initialized, [host] { g_host = host; });
-    if (host->abi_version_max < 1 || host->abi_version_min > 1)
-        return host->status_create(TESS_STATUS_ABI_MISMATCH, "the cuda provider speaks plugin ABI 1");
-    exports->abi_version = 1;
-    exports->name = "tessera-cuda";
-    exports->version = TESS_VERSION_STRING;
-    exports->provider_count = 1;
-    exports->providers = kProviders;
-    return nullptr;
+    return tessera::support::enter_plugin(host, exports, kPlugin, initialized, [host] { g_host = host; });
 }

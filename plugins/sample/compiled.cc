@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "sample.h"
+#include "tessera/support/tensor.hpp"
 
 namespace sample {
 namespace {
@@ -96,11 +97,11 @@ TessStatus* compile_graph(const TessGraphView* graph, TessCompiled** out) {
                 // Upload the constant: a device provider would copy it into device memory here.
                 const int id = add_slot(v->name);
                 Slot& s = p.slots[id];
-                const int64_t* dims = g_host->tensor_dims(v->constant);
-                s.constant_shape.assign(dims, dims + g_host->tensor_rank(v->constant));
-                const size_t bytes = g_host->tensor_byte_size(v->constant);
+                const tessera::support::TensorView constant(g_host, v->constant);
+                s.constant_shape = constant.shape();
+                const size_t bytes = constant.byte_size();
                 s.constant = static_cast<float*>(allocate_bytes(std::max<size_t>(bytes, 1), 64));
-                if (bytes != 0) std::memcpy(s.constant, g_host->tensor_const_data(v->constant), bytes);
+                if (bytes != 0) std::memcpy(s.constant, constant.data<float>(), bytes);
                 step.inputs.push_back(id);
             } else {
                 return make_error(TESS_STATUS_INVALID_ARGUMENT,
@@ -138,14 +139,13 @@ TessStatus* compute_graph(TessCompiled* compiled, TessComputeContext* context) {
             t.data = slot.constant;
             t.shape = slot.constant_shape;
         } else if (slot.input_index >= 0) {
-            const TessValue* v = g_host->compute_input(context, static_cast<size_t>(slot.input_index));
-            if (v == nullptr || g_host->value_kind(v) != TESS_VALUE_TENSOR ||
-                g_host->value_element_type(v) != TESS_ELEMENT_FLOAT32)
-                return make_error(TESS_STATUS_INVALID_ARGUMENT,
-                                  "sample: input " + std::to_string(slot.input_index) + " is not a float32 tensor");
-            t.data = static_cast<const float*>(g_host->tensor_const_data(v));
-            const int64_t* dims = g_host->tensor_dims(v);
-            t.shape.assign(dims, dims + g_host->tensor_rank(v));
+            // TensorView (the SDK's support layer) checks that the value is a float32 tensor.
+            const tessera::support::TensorView input(g_host, g_host->compute_input(context, size_t(slot.input_index)));
+            if (input.element_type() != TESS_ELEMENT_FLOAT32)
+                return make_error(TESS_STATUS_INVALID_ARGUMENT, "sample: input " + std::to_string(slot.input_index) +
+                                                                    " is " + input.describe() + ", not float32");
+            t.data = input.data<float>();
+            t.shape = input.shape();
         }
     }
 

@@ -3,12 +3,14 @@
 // Every function the core calls is an ABI boundary: it catches every exception and returns a status instead, and it
 // touches only C types.  The provider is built against plugin_api/include alone and never links libtessera.
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
 
 #include "sample.h"
+#include "tessera/plugin_support.hpp"
 #include "tessera_sample.h"
 
 namespace sample {
@@ -16,23 +18,18 @@ namespace sample {
 const TessHostApi* g_host = nullptr;
 
 TessStatus* make_error(int32_t code, const std::string& message) {
-    return g_host->status_create(code, message.c_str());
+    return tessera::support::make_status(g_host, code, nullptr, message.c_str());
 }
 
 namespace {
 
-// Runs `fn` (which returns a TessStatus*), turning exceptions into statuses: nothing may unwind into the core.
+// Runs `fn` (which returns a TessStatus*), turning exceptions into statuses: nothing may unwind into the core.  The
+// support layer (tessera/plugin_support.hpp) does the work; `what` names the ABI function in messages.
 template <typename Fn>
 TessStatus* guarded(const char* what, Fn&& fn) noexcept {
-    try {
-        return fn();
-    } catch (const std::bad_alloc&) {
-        return g_host->status_create(TESS_STATUS_OUT_OF_MEMORY, (std::string("sample: out of memory in ") + what).c_str());
-    } catch (const std::exception& e) {
-        return g_host->status_create(TESS_STATUS_INTERNAL, (std::string("sample: ") + what + ": " + e.what()).c_str());
-    } catch (...) {
-        return g_host->status_create(TESS_STATUS_INTERNAL, (std::string("sample: unknown exception in ") + what).c_str());
-    }
+    char source[64];
+    std::snprintf(source, sizeof source, "sample: %s", what);
+    return tessera::support::guarded(g_host, source, std::forward<Fn>(fn));
 }
 
 // ---- Counters (read through tessera_sample_stats) ----------------------------------------------------------------
@@ -200,27 +197,19 @@ TessProviderApi make_provider() {
 const TessProviderApi kProvider = make_provider();
 const TessProviderApi* const kProviders[] = {&kProvider};
 
+const auto kPlugin = tessera::support::PluginDescription::of_providers("tessera-sample", "1.0", kProviders);
+
 }  // namespace
 
 // ---- Exported symbols (sample.map lists exactly these) -------------------------------------------------------------
 
 extern "C" TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host, TessPluginExports* exports) {
-    // Written by the first entry only: later ones (one per environment) may come while sessions of other
-    // environments use the provider (provider.h).
+    // The support layer negotiates the ABI version (the highest both sides speak), refuses politely when the ranges
+    // do not meet, and fills only the exports fields the core's table has room for.  The host table is kept by the
+    // first entry only: later ones (one per environment) may come while sessions of other environments use the
+    // provider (provider.h).
     static std::once_flag initialized;
-    std::call_once(initialized, [host] { g_host = host; });
-    // ABI negotiation: pick the highest version both sides speak.
-    const uint32_t low = host->abi_version_min > TESS_PLUGIN_ABI_VERSION_MIN ? host->abi_version_min
-                                                                              : TESS_PLUGIN_ABI_VERSION_MIN;
-    const uint32_t high = host->abi_version_max < TESS_PLUGIN_ABI_VERSION_MAX ? host->abi_version_max
-                                                                               : TESS_PLUGIN_ABI_VERSION_MAX;
-    if (low > high) return host->status_create(TESS_STATUS_ABI_MISMATCH, "sample speaks plugin ABI 1");
-    exports->abi_version = high;
-    exports->name = "tessera-sample";
-    exports->version = "1.0";
-    exports->provider_count = 1;
-    exports->providers = kProviders;
-    return nullptr;
+    return tessera::support::enter_plugin(host, exports, kPlugin, initialized, [host] { g_host = host; });
 }
 
 extern "C" TESS_EXPORT void tessera_sample_stats(TesseraSampleStats* out) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The installed SDK, end to end: `cmake --install` lays out the tree, the tree still works after it is moved, an
-# out-of-tree provider (out_of_tree_provider/: find_package(Tessera) and one C file) builds against it, and the
-# installed `tessera` loads that provider from TESSERA_PLUGIN_PATH and runs a model on it.  pkg-config serves a
-# consumer program as well.
+# out-of-tree provider (out_of_tree_provider/: find_package(Tessera) and one C++17 file on the installed support
+# layer) builds against it, and the installed `tessera` loads that provider from TESSERA_PLUGIN_PATH and runs a model
+# on it.  pkg-config serves a consumer program as well.
 # Usage: test_sdk.sh BUILD_DIR CMAKE_COMMAND BACKEND_DATA_DIR
 set -uo pipefail
 build=$1; cmake=$2; data=$3
@@ -18,6 +18,7 @@ check() {  # check NAME COMMAND... : the command must succeed
 check "cmake --install succeeds" test $? -eq 0
 for f in bin/tessera lib/libtessera.so include/tessera/tessera.h include/tessera/provider.h \
          include/tessera/custom_op.h include/tessera/common.h include/tessera/tessera.hpp include/tessera/version.h \
+         include/tessera/plugin_support.hpp include/tessera/support/plugin_entry.hpp include/tessera/support/tensor.hpp \
          lib/tessera/plugins/libtessera_cpu.so lib/cmake/Tessera/TesseraConfig.cmake \
          lib/cmake/Tessera/TesseraConfigVersion.cmake lib/cmake/Tessera/TesseraTargets.cmake \
          lib/cmake/Tessera/tessera-plugin.map lib/pkgconfig/tessera.pc; do

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <vector>
 
-#include "util/float_formats.h"
+#include "tessera/support/element_types.hpp"
 
 namespace tessera::cpu {
 
@@ -14,67 +14,9 @@ const TessHostApi* g_host = nullptr;
 const TessHostApi& host() { return *g_host; }
 void set_host(const TessHostApi* h) { g_host = h; }
 
-size_t element_bytes(int32_t type, size_t count) {
-    if (const int bits = fp::packed_bits(type)) return (count * size_t(bits) + 7) / 8;
-    switch (type) {
-        case TESS_ELEMENT_STRING: return 0;
-        case TESS_ELEMENT_UINT8:
-        case TESS_ELEMENT_INT8:
-        case TESS_ELEMENT_BOOL:
-        case TESS_ELEMENT_FLOAT8E4M3FN:
-        case TESS_ELEMENT_FLOAT8E4M3FNUZ:
-        case TESS_ELEMENT_FLOAT8E5M2:
-        case TESS_ELEMENT_FLOAT8E5M2FNUZ:
-        case TESS_ELEMENT_FLOAT8E8M0: return count;
-        case TESS_ELEMENT_UINT16:
-        case TESS_ELEMENT_INT16:
-        case TESS_ELEMENT_FLOAT16:
-        case TESS_ELEMENT_BFLOAT16: return 2 * count;
-        case TESS_ELEMENT_FLOAT32:
-        case TESS_ELEMENT_INT32:
-        case TESS_ELEMENT_UINT32: return 4 * count;
-        case TESS_ELEMENT_FLOAT64:
-        case TESS_ELEMENT_INT64:
-        case TESS_ELEMENT_UINT64:
-        case TESS_ELEMENT_COMPLEX64: return 8 * count;
-        case TESS_ELEMENT_COMPLEX128: return 16 * count;
-        default: return 0;
-    }
-}
+size_t element_bytes(int32_t type, size_t count) { return support::element_storage_bytes(type, count); }
 
-const char* element_type_name(int32_t type) {
-    switch (type) {
-        case TESS_ELEMENT_FLOAT32: return "float";
-        case TESS_ELEMENT_UINT8: return "uint8";
-        case TESS_ELEMENT_INT8: return "int8";
-        case TESS_ELEMENT_UINT16: return "uint16";
-        case TESS_ELEMENT_INT16: return "int16";
-        case TESS_ELEMENT_INT32: return "int32";
-        case TESS_ELEMENT_INT64: return "int64";
-        case TESS_ELEMENT_STRING: return "string";
-        case TESS_ELEMENT_BOOL: return "bool";
-        case TESS_ELEMENT_FLOAT16: return "float16";
-        case TESS_ELEMENT_FLOAT64: return "double";
-        case TESS_ELEMENT_UINT32: return "uint32";
-        case TESS_ELEMENT_UINT64: return "uint64";
-        case TESS_ELEMENT_COMPLEX64: return "complex64";
-        case TESS_ELEMENT_COMPLEX128: return "complex128";
-        case TESS_ELEMENT_BFLOAT16: return "bfloat16";
-        case TESS_ELEMENT_FLOAT8E4M3FN: return "float8e4m3fn";
-        case TESS_ELEMENT_FLOAT8E4M3FNUZ: return "float8e4m3fnuz";
-        case TESS_ELEMENT_FLOAT8E5M2: return "float8e5m2";
-        case TESS_ELEMENT_FLOAT8E5M2FNUZ: return "float8e5m2fnuz";
-        case TESS_ELEMENT_UINT4: return "uint4";
-        case TESS_ELEMENT_INT4: return "int4";
-        case TESS_ELEMENT_FLOAT4E2M1: return "float4e2m1";
-        case TESS_ELEMENT_FLOAT8E8M0: return "float8e8m0";
-        case TESS_ELEMENT_UINT2: return "uint2";
-        case TESS_ELEMENT_INT2: return "int2";
-        case TESS_ELEMENT_FLOAT6E2M3: return "float6e2m3";
-        case TESS_ELEMENT_FLOAT6E3M2: return "float6e3m2";
-        default: return "undefined";
-    }
-}
+const char* element_type_name(int32_t type) { return support::element_type_name(type); }
 
 Tensor tensor_of(const TessValue* value) {
     const TessHostApi& h = host();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tessera/provider.h"
+#include "tessera/support/status.hpp"
 #include "runtime/thread_pool.h"
 
 namespace tessera::cpu {
@@ -32,14 +33,14 @@ std::string shape_string(const Shape& shape);
 
 // Thrown by kernels and NodeInfo for a model the kernel cannot accept (bad attribute, shape mismatch).  The
 // provider turns it into a TessStatus at the ABI boundary; nothing escapes the plugin.
-struct KernelError : std::runtime_error {
-    using std::runtime_error::runtime_error;
+struct KernelError : support::Error {
+    explicit KernelError(const std::string& message) : support::Error(TESS_STATUS_RUNTIME_ERROR, message) {}
 };
 
 // Thrown when the run was terminated or passed its deadline (TessHostApi::compute_should_stop); becomes a
 // TESS_STATUS_CANCELLED status.  Not a KernelError, so that no kernel wraps or swallows it.
-struct RunStopped : std::runtime_error {
-    RunStopped() : std::runtime_error("the run was stopped: terminated, or past its deadline") {}
+struct RunStopped : support::Error {
+    RunStopped() : support::Error(TESS_STATUS_CANCELLED, "the run was stopped: terminated, or past its deadline") {}
 };
 
 // A tensor as kernels see it: a non-owning view.  String tensors (TESS_ELEMENT_STRING) have no data pointer; they

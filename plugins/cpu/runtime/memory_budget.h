@@ -10,10 +10,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "tessera/support/status.hpp"
+
 namespace tessera::cpu {
 
-struct MemoryLimitExceeded : std::runtime_error {
-    using std::runtime_error::runtime_error;
+struct MemoryLimitExceeded : support::Error {
+    explicit MemoryLimitExceeded(const std::string& message) : support::Error(TESS_STATUS_OUT_OF_MEMORY, message) {}
 };
 
 class MemoryBudget {

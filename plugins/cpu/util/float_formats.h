@@ -11,66 +11,17 @@
 #include <limits>
 
 #include "tessera/common.h"
+#include "tessera/support/float16.hpp"
 
 namespace tessera::cpu::fp {
 
-// Storage wrappers so that templates can tell these 16-bit formats apart from uint16_t.
-struct Half {
-    uint16_t bits;
-};
-struct BFloat16 {
-    uint16_t bits;
-};
-
-// ---- float16 -------------------------------------------------------------------------------------------------
-
-inline float half_to_float(uint16_t h) {
-    // Shift exponent and mantissa into float position and re-bias; subnormals are renormalised by one float
-    // subtraction (exact, no float subnormals involved).
-    constexpr uint32_t kShiftedExp = 0x7c00u << 13;
-    uint32_t bits = (uint32_t(h) & 0x7fffu) << 13;
-    const uint32_t exp = bits & kShiftedExp;
-    bits += (127 - 15) << 23;
-    if (exp == kShiftedExp) {
-        bits += (128 - 16) << 23;  // inf / nan keep an all-ones exponent
-    } else if (exp == 0) {
-        bits += 1 << 23;
-        bits = std::bit_cast<uint32_t>(std::bit_cast<float>(bits) - std::bit_cast<float>(uint32_t(113) << 23));
-    }
-    bits |= (uint32_t(h) & 0x8000u) << 16;
-    return std::bit_cast<float>(bits);
-}
-
-inline uint16_t float_to_half(float f) {
-    uint32_t bits = std::bit_cast<uint32_t>(f);
-    const uint32_t sign = bits & 0x80000000u;
-    bits ^= sign;
-    uint16_t out;
-    if (bits >= (uint32_t(127 + 16) << 23)) {
-        out = bits > 0x7f800000u ? 0x7e00 : 0x7c00;  // nan -> quiet nan, too large -> inf
-    } else if (bits < (uint32_t(113) << 23)) {
-        // Subnormal or zero half: adding this magic number lines the 10 mantissa bits up at the bottom of the
-        // float, and the float addition performs the round-to-nearest-even.
-        constexpr uint32_t kMagic = uint32_t((127 - 15) + (23 - 10) + 1) << 23;
-        const float sum = std::bit_cast<float>(bits) + std::bit_cast<float>(kMagic);
-        out = uint16_t(std::bit_cast<uint32_t>(sum) - kMagic);
-    } else {
-        const uint32_t mantissa_odd = (bits >> 13) & 1u;
-        bits += (uint32_t(15 - 127) << 23) + 0xfffu + mantissa_odd;
-        out = uint16_t(bits >> 13);
-    }
-    return uint16_t(out | (sign >> 16));
-}
-
-// ---- bfloat16 ------------------------------------------------------------------------------------------------
-
-inline float bfloat16_to_float(uint16_t b) { return std::bit_cast<float>(uint32_t(b) << 16); }
-
-inline uint16_t float_to_bfloat16(float f) {
-    const uint32_t bits = std::bit_cast<uint32_t>(f);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40u);  // quiet the nan
-    return uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
+// float16 and bfloat16 come from the plugin support layer, shared with every other plugin.
+using support::BFloat16;
+using support::bfloat16_to_float;
+using support::float_to_bfloat16;
+using support::float_to_half;
+using support::Half;
+using support::half_to_float;
 
 // ---- generic small float formats -----------------------------------------------------------------------------
 

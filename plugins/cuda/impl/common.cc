@@ -52,39 +52,6 @@ std::string shape_string(const Shape& dims) {
     return s + "]";
 }
 
-size_t element_size(int32_t t) {
-    switch (t) {
-        case TESS_ELEMENT_FLOAT32: case TESS_ELEMENT_INT32: case TESS_ELEMENT_UINT32: return 4;
-        case TESS_ELEMENT_FLOAT16: case TESS_ELEMENT_BFLOAT16: case TESS_ELEMENT_INT16: case TESS_ELEMENT_UINT16:
-            return 2;
-        case TESS_ELEMENT_FLOAT64: case TESS_ELEMENT_INT64: case TESS_ELEMENT_UINT64: case TESS_ELEMENT_COMPLEX64:
-            return 8;
-        case TESS_ELEMENT_COMPLEX128: return 16;
-        case TESS_ELEMENT_UINT8: case TESS_ELEMENT_INT8: case TESS_ELEMENT_BOOL: case TESS_ELEMENT_FLOAT8E4M3FN:
-        case TESS_ELEMENT_FLOAT8E4M3FNUZ: case TESS_ELEMENT_FLOAT8E5M2: case TESS_ELEMENT_FLOAT8E5M2FNUZ:
-        case TESS_ELEMENT_FLOAT8E8M0:
-            return 1;
-        default: return 0;
-    }
-}
-
-const char* type_name(int32_t t) {
-    switch (t) {
-        case TESS_ELEMENT_FLOAT32: return "float";
-        case TESS_ELEMENT_FLOAT16: return "float16";
-        case TESS_ELEMENT_BFLOAT16: return "bfloat16";
-        case TESS_ELEMENT_FLOAT64: return "double";
-        case TESS_ELEMENT_INT64: return "int64";
-        case TESS_ELEMENT_INT32: return "int32";
-        case TESS_ELEMENT_INT8: return "int8";
-        case TESS_ELEMENT_UINT8: return "uint8";
-        case TESS_ELEMENT_BOOL: return "bool";
-        case TESS_ELEMENT_STRING: return "string";
-        case TESS_ELEMENT_UNDEFINED: return "an unknown type";
-        default: return "another type";
-    }
-}
-
 bool is_float_type(int32_t t) { return t == TESS_ELEMENT_FLOAT32 || t == TESS_ELEMENT_FLOAT16; }
 
 DType dtype_of(int32_t t) {
@@ -106,17 +73,6 @@ Shape value_dims(const TessValue* value) {
     const size_t rank = host().tensor_rank(value);
     const int64_t* dims = host().tensor_dims(value);
     return Shape(dims, dims + rank);
-}
-
-uint16_t float_to_half_bits(float value) {
-    const __half_raw raw = static_cast<__half_raw>(__float2half_rn(value));
-    return raw.x;
-}
-
-float half_bits_to_float(uint16_t bits) {
-    __half_raw raw;
-    raw.x = bits;
-    return __half2float(__half(raw));
 }
 
 std::vector<float> constant_floats(const TessValue* value) {

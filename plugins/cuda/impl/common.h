@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels.h"
+#include "tessera/plugin_support.hpp"
 #include "tessera/provider.h"
 
 namespace tessera::cuda {
@@ -21,15 +22,9 @@ namespace tessera::cuda {
 const TessHostApi& host();
 void set_host(const TessHostApi* api);
 
-// Failures inside the implementation are exceptions with a status code; the ABI functions turn them into statuses.
-class Error : public std::runtime_error {
-public:
-    Error(int32_t code, const std::string& message) : std::runtime_error(message), code_(code) {}
-    int32_t code() const { return code_; }
-
-private:
-    int32_t code_;
-};
+// Failures inside the implementation are exceptions with a status code; the ABI functions turn them into statuses
+// (the SDK's support layer).
+using support::Error;
 
 [[noreturn]] void fail(int32_t code, const std::string& message);
 // RUNTIME_ERROR (OUT_OF_MEMORY for allocation failures) naming the call and CUDA's error string.
@@ -42,8 +37,8 @@ using Shape = std::vector<int64_t>;
 int64_t element_count(const Shape& dims);
 int64_t product(const Shape& dims, size_t begin, size_t end);  // of dims[begin, end)
 std::string shape_string(const Shape& dims);
-size_t element_size(int32_t element_type);  // bytes; 0 for strings and sub-byte types
-const char* type_name(int32_t element_type);
+using support::element_size;  // bytes; 0 for strings and sub-byte types
+inline const char* type_name(int32_t element_type) { return support::element_type_name(element_type); }
 bool is_float_type(int32_t element_type);  // the types kernels compute in: float32, float16
 DType dtype_of(int32_t element_type);      // throws for anything but float32 / float16
 // Normalizes an axis in [-rank, rank) (or [-rank, rank] with `inclusive`); throws INVALID_ARGUMENT otherwise.
@@ -69,7 +64,7 @@ std::vector<int64_t> constant_ints(const TessValue* value);
 Shape value_dims(const TessValue* value);
 
 // float <-> float16 on the host (round to nearest even).
-uint16_t float_to_half_bits(float value);
-float half_bits_to_float(uint16_t bits);
+inline uint16_t float_to_half_bits(float value) { return support::float_to_half(value); }
+inline float half_bits_to_float(uint16_t bits) { return support::half_to_float(bits); }
 
 }  // namespace tessera::cuda

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <new>
 #include <string>
+#include <utility>
 
 #include "../impl_api.h"
 #include "graph.h"
@@ -15,18 +16,7 @@ using namespace tessera::cuda;
 namespace {
 
 template <typename Fn> TessStatus* guarded(Fn&& fn) noexcept {
-    try {
-        fn();
-        return nullptr;
-    } catch (const Error& e) {
-        return host().status_create(e.code(), e.what());
-    } catch (const std::bad_alloc&) {
-        return host().status_create(TESS_STATUS_OUT_OF_MEMORY, "cuda: out of host memory");
-    } catch (const std::exception& e) {
-        return host().status_create(TESS_STATUS_INTERNAL, (std::string("cuda: ") + e.what()).c_str());
-    } catch (...) {
-        return host().status_create(TESS_STATUS_INTERNAL, "cuda: unknown exception");
-    }
+    return tessera::support::guarded(&host(), "cuda", std::forward<Fn>(fn));
 }
 
 Instance& instance_of(TessProviderInstance* p) { return *reinterpret_cast<Instance*>(p); }

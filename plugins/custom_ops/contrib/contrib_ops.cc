@@ -11,18 +11,15 @@
 namespace tessera::contrib {
 namespace {
 
-const std::vector<const TessCustomOpApi*>& all_ops() {
-    static const std::vector<const TessCustomOpApi*> ops = [] {
-        std::vector<OpSpec> specs;
-        add_activation_ops(specs);
-        add_normalization_ops(specs);
-        add_matmul_ops(specs);
-        add_conv_ops(specs);
-        std::vector<const TessCustomOpApi*> apis;
-        for (OpSpec& spec : specs) apis.push_back(make_op(std::move(spec)));
-        return apis;
-    }();
-    return ops;
+std::vector<const TessCustomOpApi*> build_ops() {
+    std::vector<OpSpec> specs;
+    add_activation_ops(specs);
+    add_normalization_ops(specs);
+    add_matmul_ops(specs);
+    add_conv_ops(specs);
+    std::vector<const TessCustomOpApi*> apis;
+    for (OpSpec& spec : specs) apis.push_back(make_op(std::move(spec)));
+    return apis;
 }
 
 }  // namespace
@@ -30,28 +27,24 @@ const std::vector<const TessCustomOpApi*>& all_ops() {
 
 extern "C" TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host, TessPluginExports* exports) {
     using namespace tessera::contrib;
-    if (host->abi_version_min > 1 || host->abi_version_max < 1)
-        return host->status_create(TESS_STATUS_ABI_MISMATCH, "the com.microsoft contrib ops speak plugin ABI 1");
-    if (!TESS_HAS_FIELD(exports, TessPluginExports, custom_ops))
-        return host->status_create(TESS_STATUS_ABI_MISMATCH, "this core does not take custom operators");
-    try {
-        // Global state is written by the first entry only: later entries (one per environment) may come while
-        // other environments' sessions run these operators (provider.h).
-        static std::once_flag initialized;
-        std::call_once(initialized, [host] {
-            g_host = host;
-            // The library has no thread pool of its own: BLAS runs on the calling thread.  (The serial OpenBLAS
-            // build, which the CMake prefers, ignores this; the pthread build would otherwise start its own threads.)
-            openblas_set_num_threads(1);
-        });
-        const auto& ops = all_ops();
-        exports->abi_version = 1;
-        exports->name = "tessera-contrib-ops";
-        exports->version = "1.0";
-        exports->custom_op_count = ops.size();
-        exports->custom_ops = ops.data();
-        return nullptr;
-    } catch (...) {
-        return host->status_create(TESS_STATUS_INTERNAL, "the com.microsoft contrib ops failed to initialize");
-    }
+    // Global state is written by the first entry only: later entries (one per environment) may come while other
+    // environments' sessions run these operators (provider.h).  The operator table is built there too, and the
+    // support layer reads the description after that.
+    static std::once_flag initialized;
+    static std::vector<const TessCustomOpApi*> ops;
+    static tessera::support::PluginDescription plugin = [] {
+        tessera::support::PluginDescription d;
+        d.name = "tessera-contrib-ops";
+        d.version = "1.0";
+        return d;
+    }();
+    return tessera::support::enter_plugin(host, exports, plugin, initialized, [host] {
+        g_host = host;
+        // The library has no thread pool of its own: BLAS runs on the calling thread.  (The serial OpenBLAS build,
+        // which the CMake prefers, ignores this; the pthread build would otherwise start its own threads.)
+        openblas_set_num_threads(1);
+        ops = build_ops();
+        plugin.custom_ops = ops.data();
+        plugin.custom_op_count = ops.size();
+    });
 }

@@ -10,34 +10,7 @@ namespace tessera::contrib {
 
 const TessHostApi* g_host = nullptr;
 
-std::string shape_string(std::span<const int64_t> dims) {
-    std::string s = "[";
-    for (size_t i = 0; i < dims.size(); ++i) {
-        if (i) s += ",";
-        s += dims[i] < 0 ? std::string("?") : std::to_string(dims[i]);
-    }
-    return s + "]";
-}
-
-const char* element_type_name(int32_t type) {
-    switch (type) {
-        case TESS_ELEMENT_FLOAT32: return "float";
-        case TESS_ELEMENT_UINT8: return "uint8";
-        case TESS_ELEMENT_INT8: return "int8";
-        case TESS_ELEMENT_UINT16: return "uint16";
-        case TESS_ELEMENT_INT16: return "int16";
-        case TESS_ELEMENT_INT32: return "int32";
-        case TESS_ELEMENT_INT64: return "int64";
-        case TESS_ELEMENT_STRING: return "string";
-        case TESS_ELEMENT_BOOL: return "bool";
-        case TESS_ELEMENT_FLOAT16: return "float16";
-        case TESS_ELEMENT_FLOAT64: return "double";
-        case TESS_ELEMENT_UINT32: return "uint32";
-        case TESS_ELEMENT_UINT64: return "uint64";
-        case TESS_ELEMENT_BFLOAT16: return "bfloat16";
-        default: return "another type";
-    }
-}
+std::string shape_string(std::span<const int64_t> dims) { return support::shape_string(dims.data(), dims.size()); }
 
 // ---- Node ----------------------------------------------------------------------------------------------------
 
@@ -164,25 +137,12 @@ std::deque<OpHolder>& holders() {
 const OpSpec& spec_of(void* op_data) { return static_cast<OpHolder*>(op_data)->spec; }
 
 template <typename F>
-TessStatus* guarded(const char* what, const TessNodeView* node, F&& f) {
-    try {
-        f();
-        return nullptr;
-    } catch (const OpError& e) {
-        return g_host->status_create(e.code, e.message.c_str());
-    } catch (const std::bad_alloc&) {
-        return g_host->status_create(TESS_STATUS_OUT_OF_MEMORY, "com.microsoft contrib ops: out of memory");
-    } catch (const std::exception& e) {
-        std::string message = std::string(what) + (node != nullptr ? std::string(" ") + node->op_type : "") + ": " +
-                              e.what();
-        return g_host->status_create(TESS_STATUS_INTERNAL, message.c_str());
-    } catch (...) {
-        return g_host->status_create(TESS_STATUS_INTERNAL, "com.microsoft contrib ops: unknown error");
-    }
+TessStatus* guarded(F&& f) noexcept {
+    return support::guarded(g_host, "com.microsoft contrib ops", std::forward<F>(f));
 }
 
 TessStatus* check_trampoline(void* op_data, const TessNodeView* node) {
-    return guarded("check", node, [&] {
+    return guarded([&] {
         const OpSpec& spec = spec_of(op_data);
         if (spec.check != nullptr) spec.check(Node(node));
     });
@@ -201,7 +161,7 @@ TessStatus* infer_trampoline(void* op_data, const TessNodeView* node, TessShapeC
 
 TessStatus* create_trampoline(void* op_data, const TessNodeView* node, TessCustomOpKernel** out) {
     *out = nullptr;
-    return guarded("create", node, [&] {
+    return guarded([&] {
         const OpSpec& spec = spec_of(op_data);
         Node n(node);
         if (spec.check != nullptr) spec.check(n);
@@ -217,9 +177,8 @@ TessStatus* compute_trampoline(void* op_data, TessCustomOpKernel* kernel, const 
     try {
         reinterpret_cast<const Kernel*>(kernel)->compute(Context(api, context));
         return nullptr;
-    } catch (const OpError& e) {
-        std::string message = std::string(spec_of(op_data).name) + ": " + e.message;
-        return g_host->status_create(e.code, message.c_str());
+    } catch (const support::Error& e) {
+        return support::make_status(g_host, e.code(), spec_of(op_data).name, e.what());
     } catch (const std::bad_alloc&) {
         return g_host->status_create(TESS_STATUS_OUT_OF_MEMORY, "com.microsoft contrib ops: out of memory");
     } catch (const std::exception& e) {

@@ -2,8 +2,8 @@
 //
 // Operators are described by an OpSpec (parameters, attributes, and C++ callbacks for check, shape inference and
 // kernel creation); make_op turns a spec into a TessCustomOpApi whose C callbacks catch everything, so nothing
-// thrown here ever crosses the ABI.  Inside the library, fail() throws an OpError; at the boundary it becomes a
-// TessStatus (for check: the reason the node is declined).
+// thrown here ever crosses the ABI.  Inside the library, fail() throws a support::Error; at the boundary it becomes
+// a TessStatus (for check: the reason the node is declined).
 //
 // Element types: float32 and double compute in their own type; float16 and bfloat16 are stored as raw 16-bit
 // patterns (Half, BFloat16) and compute in float32, rounding to nearest-even on the way out.
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tessera/custom_op.h"
+#include "tessera/plugin_support.hpp"
 
 namespace tessera::contrib {
 
@@ -29,89 +30,21 @@ inline constexpr const char* kDomain = "com.microsoft";
 
 // ---- Errors ---------------------------------------------------------------------------------------------------
 
-struct OpError {
-    int32_t code;
-    std::string message;
-};
-
-[[noreturn]] inline void fail(std::string message, int32_t code = TESS_STATUS_INVALID_ARGUMENT) {
-    throw OpError{code, std::move(message)};
+[[noreturn]] inline void fail(const std::string& message, int32_t code = TESS_STATUS_INVALID_ARGUMENT) {
+    throw support::Error(code, message);
 }
 
 std::string shape_string(std::span<const int64_t> dims);
-const char* element_type_name(int32_t type);
+using support::element_type_name;
 
-// ---- 16-bit floating-point storage -----------------------------------------------------------------------------
+// ---- 16-bit floating-point storage (the SDK's support layer) ----------------------------------------------------
 
-struct Half {
-    uint16_t bits;
-};
-struct BFloat16 {
-    uint16_t bits;
-};
-
-inline float half_to_float(uint16_t h) {
-    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-    uint32_t exponent = (h >> 10) & 0x1fu;
-    uint32_t mantissa = h & 0x3ffu;
-    uint32_t bits;
-    if (exponent == 0x1f) {
-        bits = sign | 0x7f800000u | (mantissa << 13);  // inf, NaN
-    } else if (exponent != 0) {
-        bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-    } else if (mantissa == 0) {
-        bits = sign;
-    } else {  // subnormal: normalize
-        int shift = 0;
-        while ((mantissa & 0x400u) == 0) {
-            mantissa <<= 1;
-            ++shift;
-        }
-        mantissa &= 0x3ffu;
-        bits = sign | (static_cast<uint32_t>(113 - shift) << 23) | (mantissa << 13);
-    }
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-inline uint16_t float_to_half(float f) {
-    uint32_t x;
-    std::memcpy(&x, &f, sizeof x);
-    const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
-    const uint32_t abs = x & 0x7fffffffu;
-    if (abs >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
-    if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
-    if (abs >= 0x38800000u) {                                              // normal half
-        uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);
-        return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
-    }
-    if (abs < 0x33000000u) return sign;  // below half the smallest subnormal: zero
-    // Subnormal half: shift the full mantissa, rounding to nearest-even.
-    const uint32_t exponent = abs >> 23;
-    const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126 - exponent;  // 14..24
-    uint32_t value = mantissa >> shift;
-    const uint32_t rest = mantissa & ((1u << shift) - 1);
-    const uint32_t halfway = 1u << (shift - 1);
-    if (rest > halfway || (rest == halfway && (value & 1u))) ++value;
-    return static_cast<uint16_t>(sign | value);
-}
-
-inline float bfloat16_to_float(uint16_t b) {
-    uint32_t bits = static_cast<uint32_t>(b) << 16;
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-inline uint16_t float_to_bfloat16(float f) {
-    uint32_t x;
-    std::memcpy(&x, &f, sizeof x);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return static_cast<uint16_t>(x >> 16);
-}
+using support::BFloat16;
+using support::bfloat16_to_float;
+using support::float_to_bfloat16;
+using support::float_to_half;
+using support::Half;
+using support::half_to_float;
 
 // The type a storage type computes in, and the conversions.
 template <typename T>

@@ -5,15 +5,17 @@
 //     ScaledAdd(A, B; alpha = 1.0) -> C = A + alpha * B      (float32, A and B of the same shape)
 //
 // and shows every part of the custom-op ABI (plugin_api/include/tessera/custom_op.h): the entry point and ABI
-// negotiation, parameter type constraints, a check callback, shape inference, per-node state created once per
-// session (the parsed alpha), and a compute callback that is safe to run concurrently.  It is built against the
-// public headers only and never throws across the boundary.
+// negotiation (through the SDK's support layer, tessera/plugin_support.hpp), parameter type constraints, a check
+// callback, shape inference, per-node state created once per session (the parsed alpha), and a compute callback
+// that is safe to run concurrently.  It is built against the public headers only and never throws across the
+// boundary.
 #include <cstring>
 #include <mutex>
 #include <new>
 #include <string>
 
 #include "tessera/custom_op.h"
+#include "tessera/support/plugin_entry.hpp"
 
 namespace {
 
@@ -87,22 +89,15 @@ const TessCustomOpApi kScaledAdd = {
 
 const TessCustomOpApi* const kOps[] = {&kScaledAdd};
 
+const auto kPlugin =
+    tessera::support::PluginDescription::of_custom_ops("tessera-example-ops", "1.0", kOps);
+
 }  // namespace
 
 extern "C" TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host, TessPluginExports* exports) {
-    // Written by the first entry only: later ones (one per environment) may come while sessions of other
-    // environments run ScaledAdd (provider.h).
+    // The SDK's support layer negotiates the ABI version, refuses politely when the core is too old or too new (or
+    // its exports table has no room for custom operators), and runs the initialization once: later entries (one
+    // per environment) may come while sessions of other environments run ScaledAdd (provider.h).
     static std::once_flag initialized;
-    std::call_once(initialized, [host] { g_host = host; });
-    if (host->abi_version_min > 1 || host->abi_version_max < 1)
-        return host->status_create(TESS_STATUS_ABI_MISMATCH, "the example ops speak plugin ABI 1");
-    // The custom-op fields sit at the end of the exports table: write them only when the core's table has them.
-    if (!TESS_HAS_FIELD(exports, TessPluginExports, custom_ops))
-        return host->status_create(TESS_STATUS_ABI_MISMATCH, "this core does not take custom operators");
-    exports->abi_version = 1;
-    exports->name = "tessera-example-ops";
-    exports->version = "1.0";
-    exports->custom_op_count = 1;
-    exports->custom_ops = kOps;
-    return nullptr;
+    return tessera::support::enter_plugin(host, exports, kPlugin, initialized, [host] { g_host = host; });
 }

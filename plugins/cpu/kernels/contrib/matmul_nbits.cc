@@ -47,8 +47,8 @@ public:
         : K_(info.attr_int("K")),
           N_(info.attr_int("N")),
           bits_(info.attr_int("bits", 4)),
-          int8_compute_(info.attr_int("accuracy_level", 0) == 4),
-          block_size_(info.attr_int("block_size")) {
+          block_size_(info.attr_int("block_size")),
+          int8_compute_(info.attr_int("accuracy_level", 0) == 4) {
         if (bits_ != 2 && bits_ != 4 && bits_ != 8)
             throw KernelError("MatMulNBits: bits must be 2, 4 or 8, got " + std::to_string(bits_));
         if (block_size_ < 16 || (block_size_ & (block_size_ - 1)) != 0)
