@@ -186,6 +186,30 @@ TESS_EXPORT const char* tess_env_provider_name(const TessEnv* env, size_t index)
     return index < env->provider_names.size() ? env->provider_names[index] : nullptr;
 }
 
+TESS_EXPORT TessStatus* tess_env_provider_stats(const TessEnv* env, const char* provider, TessProviderStats* out) {
+    return guarded([&] {
+        require(env, "env");
+        require(provider, "provider");
+        require(out, "out");
+        if (out->struct_size < sizeof(size_t))
+            fail(TESS_STATUS_INVALID_ARGUMENT, "TessProviderStats.struct_size is not set");
+        const std::shared_ptr<const Provider> p = env->plugins.find(provider);
+        if (p == nullptr) fail(TESS_STATUS_NOT_FOUND, "no usable provider '{}' in this environment", provider);
+        const ProviderUsage& u = p->usage;
+        TessProviderStats stats{};
+        stats.struct_size = std::min(out->struct_size, sizeof(TessProviderStats));
+        stats.live_instances = u.live_instances.load();
+        stats.live_compiled = u.live_compiled.load();
+        stats.live_allocations = u.live_allocations.load();
+        stats.total_allocations = u.total_allocations.load();
+        stats.copies_to_host = u.copies_to_host.load();
+        stats.copies_from_host = u.copies_from_host.load();
+        stats.bytes_to_host = u.bytes_to_host.load();
+        stats.bytes_from_host = u.bytes_from_host.load();
+        std::memcpy(out, &stats, stats.struct_size);
+    });
+}
+
 // ---- Session options ----
 
 TESS_EXPORT TessStatus* tess_session_options_create(TessSessionOptions** out) {

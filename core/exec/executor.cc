@@ -15,7 +15,7 @@ namespace tessera {
 
 CompiledPartition& CompiledPartition::operator=(CompiledPartition&& other) noexcept {
     if (this == &other) return *this;
-    if (compiled != nullptr && instance != nullptr) instance->api().release_compiled(compiled);
+    if (compiled != nullptr && instance != nullptr) instance->release_compiled(compiled);
     instance = other.instance;
     compiled = std::exchange(other.compiled, nullptr);
     nodes = std::move(other.nodes);
@@ -36,7 +36,7 @@ CompiledPartition& CompiledPartition::operator=(CompiledPartition&& other) noexc
 }
 
 CompiledPartition::~CompiledPartition() {
-    if (compiled != nullptr && instance != nullptr) instance->api().release_compiled(compiled);
+    if (compiled != nullptr && instance != nullptr) instance->release_compiled(compiled);
 }
 
 Executor::Executor(const Graph& graph, std::vector<CompiledPartition> partitions)

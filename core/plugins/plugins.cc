@@ -263,11 +263,26 @@ ProviderInstance* ProviderInstance::create(std::shared_ptr<const Provider> provi
         throw_if_error(status, fmt::format("provider '{}' could not start", name));
     }
     instance->memory_ = instance->api().memory_kind ? instance->api().memory_kind(instance->handle_) : nullptr;
+    instance->provider_->usage.live_instances.fetch_add(1, std::memory_order_relaxed);
     return instance;
 }
 
 ProviderInstance::~ProviderInstance() {
-    if (handle_ != nullptr && api().release_instance != nullptr) api().release_instance(handle_);
+    if (handle_ == nullptr) return;
+    if (api().release_instance != nullptr) api().release_instance(handle_);
+    provider_->usage.live_instances.fetch_sub(1, std::memory_order_relaxed);
+}
+
+TessStatus* ProviderInstance::compile(const TessGraphView* view, TessCompiled** out) {
+    TessStatus* status = api().compile(handle_, view, out);
+    if (status == nullptr && *out != nullptr) provider_->usage.live_compiled.fetch_add(1, std::memory_order_relaxed);
+    return status;
+}
+
+void ProviderInstance::release_compiled(TessCompiled* compiled) {
+    if (compiled == nullptr) return;
+    api().release_compiled(compiled);
+    provider_->usage.live_compiled.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void ProviderInstance::release() {
@@ -281,6 +296,7 @@ bool ProviderInstance::is_host_memory() const {
 void ProviderInstance::free_tensor(void* instance, void* data) {
     auto* self = static_cast<ProviderInstance*>(instance);
     self->api().free(self->handle_, data);
+    self->provider_->usage.live_allocations.fetch_sub(1, std::memory_order_relaxed);
     self->release();
 }
 
@@ -293,6 +309,8 @@ ValuePtr ProviderInstance::allocate_tensor(int32_t element_type, std::vector<int
     throw_if_error(api().allocate(handle_, bytes == 0 ? 1 : bytes, 64, &data),
                    fmt::format("provider '{}' could not allocate {} bytes", provider_->name, bytes));
     if (data == nullptr) fail(TESS_STATUS_OUT_OF_MEMORY, "provider '{}' returned no memory", provider_->name);
+    provider_->usage.live_allocations.fetch_add(1, std::memory_order_relaxed);
+    provider_->usage.total_allocations.fetch_add(1, std::memory_order_relaxed);
     ValuePtr value = make_borrowed_tensor(element_type, std::move(dims), data, bytes);
     retain();
     value->deleter = free_tensor;
@@ -303,6 +321,8 @@ ValuePtr ProviderInstance::allocate_tensor(int32_t element_type, std::vector<int
 
 ValuePtr ProviderInstance::copy_from_host(const TessValue& host_value) {
     ValuePtr value = allocate_tensor(host_value.element_type, host_value.dims);
+    provider_->usage.copies_from_host.fetch_add(1, std::memory_order_relaxed);
+    provider_->usage.bytes_from_host.fetch_add(value->byte_size, std::memory_order_relaxed);
     if (value->byte_size == 0) return value;
     if (api().copy_from_host == nullptr) {
         std::memcpy(value->data, host_value.data, value->byte_size);
@@ -315,6 +335,8 @@ ValuePtr ProviderInstance::copy_from_host(const TessValue& host_value) {
 
 ValuePtr ProviderInstance::copy_to_host(const TessValue& value) {
     ValuePtr host = make_host_tensor(value.element_type, value.dims);
+    provider_->usage.copies_to_host.fetch_add(1, std::memory_order_relaxed);
+    provider_->usage.bytes_to_host.fetch_add(value.byte_size, std::memory_order_relaxed);
     if (value.byte_size == 0) return host;
     if (api().copy_to_host == nullptr) {
         std::memcpy(host->data, value.data, value.byte_size);

@@ -21,9 +21,17 @@ namespace tessera {
 // The core's table of host functions handed to every plugin.
 const TessHostApi& host_api();
 
+// What the core has asked of a provider through its table (tess_env_provider_stats): counted at the core's call
+// sites, over every session of the environment.
+struct ProviderUsage {
+    std::atomic<uint64_t> live_instances{0}, live_compiled{0}, live_allocations{0}, total_allocations{0};
+    std::atomic<uint64_t> copies_to_host{0}, copies_from_host{0}, bytes_to_host{0}, bytes_from_host{0};
+};
+
 // A provider offered by a loaded plugin.
 struct Provider {
     std::string name;
+    mutable ProviderUsage usage;
     const TessProviderApi* api = nullptr;
     std::shared_ptr<boost::dll::shared_library> library;  // keeps the code mapped while the provider is in use
     bool available = false;
@@ -56,6 +64,9 @@ public:
     // Copies a host tensor into this provider's memory and back.
     ValuePtr copy_from_host(const TessValue& host_value);
     ValuePtr copy_to_host(const TessValue& value);
+    // The provider's compile and release_compiled, counted in the provider's usage.
+    TessStatus* compile(const TessGraphView* view, TessCompiled** out);
+    void release_compiled(TessCompiled* compiled);
 
 private:
     ProviderInstance() = default;

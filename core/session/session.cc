@@ -268,7 +268,7 @@ std::vector<ValuePtr> Session::evaluate_constant_node(const Graph& graph, size_t
             if (capability.claimed.empty()) continue;
             CompiledPartition part;
             part.instance = instance.get();
-            throw_if_error(instance->api().compile(instance->handle(), view, &part.compiled));
+            throw_if_error(instance->compile(view, &part.compiled));
             std::vector<ValuePtr> results(outputs.size());
             TessComputeContext ctx;
             ctx.outputs = &results;
@@ -333,7 +333,7 @@ void Session::compile(const TessSessionOptions& options) {
             if (free_at_release) releases.on_release = free_at_release;
             active_compile_releases() = &releases;
             TessStatus* status = adopt_plugin_status(
-                part.instance->api().compile(part.instance->handle(), view, &part.compiled),
+                part.instance->compile(view, &part.compiled),
                 fmt::format("provider '{}' compile", part.instance->provider().name));
             active_compile_releases() = nullptr;
             for (const auto& read : releases.released) released_reads.insert(read);

@@ -505,6 +505,53 @@ TEST(SampleProvider, CountsTheCopiesAndBytesOfOneNode) {
     expect_nothing_live("after the Relu session");
 }
 
+TessProviderStats core_stats(const Env& env, const char* provider) {
+    TessProviderStats s{};
+    s.struct_size = sizeof s;
+    TessStatus* status = tess_env_provider_stats(env.get(), provider, &s);
+    EXPECT_EQ(status, nullptr) << (status ? tess_status_message(status) : "");
+    if (status != nullptr) tess_status_release(status);
+    return s;
+}
+
+TEST(SampleProvider, TheCoresCountsAgreeWithTheProvidersOwn) {
+    // tess_env_provider_stats counts what the core asks through the provider table: the same copies, instances and
+    // compiled partitions the sample provider counts itself, and nothing live once the session is gone.
+    Random random(6);
+    ModelBuilder b(13);
+    b.node("Relu", {b.input("x", {4, 8}, random)}, "h");
+    b.node("Sigmoid", {"h"}, "y");
+    b.output("y");
+    const std::string bytes = b.bytes();
+    Env env = make_env();
+    const TessProviderStats start = core_stats(env, "sample");
+    const TesseraSampleStats own_start = stats();
+    {
+        const SessionOptions options = options_for({"sample"}, true);
+        Session session = Session::from_bytes(env, bytes.data(), bytes.size(), "", &options);
+        std::vector<Value> out = session.run(b.feeds().names, b.feeds().values);
+        const TessProviderStats during = core_stats(env, "sample");
+        const TesseraSampleStats own = stats();
+        EXPECT_EQ(during.live_instances, 1u);
+        EXPECT_EQ(during.live_compiled, 1u);
+        EXPECT_EQ(during.copies_from_host - start.copies_from_host, own.copies_from_host - own_start.copies_from_host);
+        EXPECT_EQ(during.copies_to_host - start.copies_to_host, own.copies_to_host - own_start.copies_to_host);
+        EXPECT_EQ(during.bytes_to_host - start.bytes_to_host, 4u * 8u * sizeof(float));
+        EXPECT_GE(during.total_allocations - start.total_allocations, 2u);  // the input's copy and the output
+        EXPECT_EQ(during.live_allocations, 0u) << "the run's buffers died with the run";
+    }
+    const TessProviderStats end = core_stats(env, "sample");
+    EXPECT_EQ(end.live_instances, 0u);
+    EXPECT_EQ(end.live_compiled, 0u);
+    EXPECT_EQ(end.live_allocations, 0u);
+    TessProviderStats none{};
+    none.struct_size = sizeof none;
+    TessStatus* missing = tess_env_provider_stats(env.get(), "no-such-provider", &none);
+    ASSERT_NE(missing, nullptr);
+    EXPECT_EQ(tess_status_code(missing), TESS_STATUS_NOT_FOUND);
+    tess_status_release(missing);
+}
+
 TEST(SampleProvider, EmptyTensors) {
     // Zero-element tensors flow through (the core skips the transfer of zero bytes, so no copy is counted here).
     Random random(9);

@@ -116,6 +116,27 @@ TESS_EXPORT TessStatus* tess_env_plugin_info(const TessEnv* env, size_t index, T
 TESS_EXPORT size_t tess_env_provider_count(const TessEnv* env);
 TESS_EXPORT const char* tess_env_provider_name(const TessEnv* env, size_t index);
 
+/* What the core has asked of one provider through its table since the environment was created, over every session
+ * of the environment: instances, compiled partitions and tensors the provider allocated that are still alive, and the
+ * copies across its memory boundary.  Once every session, and every value they returned, is released, the live
+ * counts are 0 for a provider that frees what it is given back: the leak check of `tessera provider-test`.  Since
+ * API 0.1. */
+typedef struct TessProviderStats {
+    size_t struct_size;          /* set by the caller; only the fields that fit are written */
+    uint64_t live_instances;     /* provider instances created and not yet released */
+    uint64_t live_compiled;      /* compiled partitions not yet released */
+    uint64_t live_allocations;   /* tensors allocated with the provider's allocator and not yet freed */
+    uint64_t total_allocations;
+    uint64_t copies_to_host;     /* tensors copied out of the provider's memory (host-memory providers: 0) */
+    uint64_t copies_from_host;   /* tensors copied into it */
+    uint64_t bytes_to_host;
+    uint64_t bytes_from_host;
+} TessProviderStats;
+
+/* Fills `out` for the provider named `provider`; NOT_FOUND when the environment has no such usable provider.
+ * Thread-safe; the counts are a snapshot. */
+TESS_EXPORT TessStatus* tess_env_provider_stats(const TessEnv* env, const char* provider, TessProviderStats* out);
+
 /* ---- Session options --------------------------------------------------------------------------------------- */
 
 typedef struct TessSessionOptions TessSessionOptions;
