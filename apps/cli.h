@@ -106,5 +106,6 @@ int run_command(Args& args);
 int plugins_command(Args& args);
 int inspect_command(Args& args);
 int bench_command(Args& args);
+int provider_test_command(Args& args);
 
 }  // namespace tessera::cli

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <regex>
 #include <set>
 
 #include <google/protobuf/io/coded_stream.h>
@@ -914,6 +915,42 @@ std::string summarize(ValueView value, size_t max_values) {
              format_double(sum / static_cast<double>(n - nan_count));
     if (nan_count) s += "  (" + std::to_string(nan_count) + " NaN)";
     return s;
+}
+
+// ---- Backend-test cases ------------------------------------------------------------------------------------------
+
+Tolerance case_tolerance(const std::string& case_dir) {
+    Tolerance tolerance;
+    std::ifstream in(case_dir + "/data.json");
+    if (!in) return tolerance;
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    static const std::regex number_field(R"re("(rtol|atol)"\s*:\s*([-+0-9.eE]+))re");
+    for (std::sregex_iterator it(text.begin(), text.end(), number_field), end; it != end; ++it)
+        ((*it)[1] == "rtol" ? tolerance.rtol : tolerance.atol) = std::strtod((*it)[2].str().c_str(), nullptr);
+    return tolerance;
+}
+
+std::vector<std::string> numbered_files(const std::string& dir, const char* prefix) {
+    std::vector<std::string> files;
+    for (size_t k = 0;; ++k) {
+        std::string path = dir + "/" + prefix + std::to_string(k) + ".pb";
+        if (::access(path.c_str(), F_OK) != 0) return files;
+        files.push_back(std::move(path));
+    }
+}
+
+std::vector<std::string> model_operators(const std::string& model_path) {
+    std::set<std::string> ops;
+    try {
+        const onnx::ModelProto model = load_model(model_path);
+        for (const auto& node : model.graph().node()) {
+            const std::string& domain = node.domain();
+            ops.insert(domain.empty() || domain == "ai.onnx" ? node.op_type() : domain + ":" + node.op_type());
+        }
+    } catch (const std::exception&) {
+        // An unreadable model has no operators to count; running it reports the problem.
+    }
+    return std::vector<std::string>(ops.begin(), ops.end());
 }
 
 }  // namespace tessera::onnx_io

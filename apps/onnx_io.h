@@ -87,6 +87,17 @@ struct Tolerance {
 // Returns "" when they match, else a one-line description of the first difference and the error statistics.
 std::string compare_values(ValueView actual, ValueView expected, const Tolerance& tolerance);
 
+// ---- Backend-test cases -------------------------------------------------------------------------------------
+// A case is a directory with model.onnx and test_data_set_N/ folders of input_K.pb and output_K.pb.
+
+// onnx's default tolerance, or the rtol/atol the case's data.json gives (as onnx's loader reads them).
+Tolerance case_tolerance(const std::string& case_dir);
+// `dir`/`prefix`K.pb for K = 0, 1, ... while they exist.
+std::vector<std::string> numbered_files(const std::string& dir, const char* prefix);
+// The distinct operator types of a model's main graph, sorted ("domain:op" outside the default domain; subgraph
+// bodies do not count); empty when the model cannot be read.
+std::vector<std::string> model_operators(const std::string& model_path);
+
 // ---- Generated inputs ----------------------------------------------------------------------------------------
 
 // The ONNX "light model" input: a float32 tensor of the declared shape, unknown dimensions counted as 1, holding

@@ -1,6 +1,6 @@
 // The `tessera` command: dispatches to one subcommand per file (cmd_run.cc, cmd_plugins.cc, cmd_inspect.cc,
-// cmd_bench.cc) and turns every failure into one "tessera: error: ..." line and an exit status (1: the work failed,
-// 2: the command line is wrong).
+// cmd_bench.cc, cmd_provider_test.cc) and turns every failure into one "tessera: error: ..." line and an exit status
+// (1: the work failed, 2: the command line is wrong).
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +23,9 @@ constexpr const char* kHelp =
     "  plugins        list the plugins discovery found and the providers they contribute\n"
     "  inspect MODEL  show how MODEL is partitioned across providers (text, JSON, Graphviz)\n"
     "  bench [MODEL]  time session creation and repeated runs: latency percentiles, runs/s, memory\n"
+    "  provider-test PLUGIN\n"
+    "                 check a provider plugin: ABI negotiation, its operators on ONNX test cases against\n"
+    "                 the expected outputs and the CPU provider, concurrency, bad inputs, leaks\n"
     "\n"
     "Options:\n"
     "  -h, --help     show this help (`tessera <command> --help` for a command)\n"
@@ -215,6 +218,7 @@ int main(int argc, char** argv) {
         if (command == "plugins") return plugins_command(args);
         if (command == "inspect") return inspect_command(args);
         if (command == "bench") return bench_command(args);
+        if (command == "provider-test") return provider_test_command(args);
         throw UsageError("unknown command '" + command + "' (try 'tessera --help')");
     } catch (const UsageError& e) {
         std::fprintf(stderr, "tessera: error: %s\n", e.what());

@@ -188,34 +188,6 @@ Options parse_options(int argc, char** argv) {
 
 // ---- Discovery -------------------------------------------------------------------------------------------------
 
-// rtol/atol from a case's data.json, as onnx's loader reads them.
-void read_tolerance_overrides(const fs::path& case_dir, onnx_io::Tolerance& tolerance) {
-    const fs::path json = case_dir / "data.json";
-    if (!fs::exists(json)) return;
-    std::ifstream in(json);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    static const std::regex number_field(R"re("(rtol|atol)"\s*:\s*([-+0-9.eE]+))re");
-    for (std::sregex_iterator it(text.begin(), text.end(), number_field), end; it != end; ++it)
-        ((*it)[1] == "rtol" ? tolerance.rtol : tolerance.atol) = std::strtod((*it)[2].str().c_str(), nullptr);
-}
-
-// Operators of a node case: the distinct op types of its main graph ("domain:op" outside the default domain).
-// Function-expansion cases ("*_expanded") thus count for the operators of the expansion; subgraph bodies do not
-// count.
-std::set<std::string> case_operators(const fs::path& model_path) {
-    std::set<std::string> ops;
-    try {
-        const onnx::ModelProto model = onnx_io::load_model(model_path.string());
-        for (const auto& node : model.graph().node()) {
-            const std::string& domain = node.domain();
-            ops.insert(domain.empty() || domain == "ai.onnx" ? node.op_type() : domain + ":" + node.op_type());
-        }
-    } catch (const std::exception&) {
-        // An unreadable model fails as a load error when it runs; it has no operators to count.
-    }
-    return ops;
-}
-
 bool selected(const Options& o, const std::string& suite, const std::string& name) {
     if (!o.filter) return true;
     return std::regex_search(name, *o.filter) || std::regex_search(suite + "/" + name, *o.filter);
@@ -252,10 +224,13 @@ std::vector<Case> discover(const Options& o) {
                         c.data_sets.push_back(sub.path());
                 std::sort(c.data_sets.begin(), c.data_sets.end());
                 if (c.data_sets.empty()) c.skip_reason = "no test_data_set_* folder";
-                read_tolerance_overrides(entry, c.tolerance);
+                c.tolerance = onnx_io::case_tolerance(fs::path(entry).string());
             }
             if (!selected(o, c.suite, c.name)) continue;
-            if (c.suite == "node") c.ops = case_operators(c.model);
+            if (c.suite == "node") {
+                const std::vector<std::string> ops = onnx_io::model_operators(c.model.string());
+                c.ops = std::set<std::string>(ops.begin(), ops.end());
+            }
             cases.push_back(std::move(c));
         }
     }
@@ -308,12 +283,8 @@ std::vector<std::string> apply_known_failures(const Options& o, std::vector<Case
 std::string status_text(const Error& e) { return std::string("[") + e.code_name() + "] " + e.what(); }
 
 std::vector<fs::path> numbered_files(const fs::path& dir, const char* prefix) {
-    std::vector<fs::path> files;
-    for (size_t k = 0;; ++k) {
-        fs::path p = dir / (std::string(prefix) + std::to_string(k) + ".pb");
-        if (!fs::exists(p)) return files;
-        files.push_back(std::move(p));
-    }
+    const std::vector<std::string> files = onnx_io::numbered_files(dir.string(), prefix);
+    return std::vector<fs::path>(files.begin(), files.end());
 }
 
 DataSetFiles data_set_files(const fs::path& data_set, size_t graph_inputs, size_t graph_outputs) {
@@ -643,7 +614,7 @@ void print_summary(const Options& o, const std::vector<Case>& cases, const std::
     //   total  = operators appearing in the node cases that ran,
     //   loaded = operators with at least one case whose session was created,
     //   passed = operators with at least one passing case.
-    // A case's operators are the op types of its main graph (case_operators), so an "_expanded" case counts for
+    // A case's operators are the op types of its main graph (onnx_io::model_operators), so an "_expanded" case counts for
     // the operators of its expansion.
     struct OpStats {
         size_t cases = 0, loaded = 0, passed = 0;
