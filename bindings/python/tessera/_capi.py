@@ -109,6 +109,20 @@ class PluginInfo(_Sized):
     ]
 
 
+class ProviderStats(_Sized):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("live_instances", c_uint64),
+        ("live_compiled", c_uint64),
+        ("live_allocations", c_uint64),
+        ("total_allocations", c_uint64),
+        ("copies_to_host", c_uint64),
+        ("copies_from_host", c_uint64),
+        ("bytes_to_host", c_uint64),
+        ("bytes_from_host", c_uint64),
+    ]
+
+
 class ValueInfo(_Sized):
     _fields_ = [
         ("struct_size", c_size_t),
@@ -167,6 +181,7 @@ _PROTOTYPES = {
     "tess_env_plugin_info": (Status, [Handle, c_size_t, POINTER(PluginInfo)]),
     "tess_env_provider_count": (c_size_t, [Handle]),
     "tess_env_provider_name": (c_char_p, [Handle, c_size_t]),
+    "tess_env_provider_stats": (Status, [Handle, c_char_p, POINTER(ProviderStats)]),
     "tess_session_options_create": (Status, [POINTER(Handle)]),
     "tess_session_options_release": (None, [Handle]),
     "tess_session_options_set_providers": (Status, [Handle, POINTER(c_char_p), c_size_t]),

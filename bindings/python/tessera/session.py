@@ -11,8 +11,8 @@ import weakref
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import _types as T
-from ._capi import LOG_CALLBACK, EnvOptions, Handle, ModelMetadata, PartitionInfo, PluginInfo, ValueInfo, c_strings, \
-    check, decode, lib, strings
+from ._capi import LOG_CALLBACK, EnvOptions, Handle, ModelMetadata, PartitionInfo, PluginInfo, ProviderStats, \
+    ValueInfo, c_strings, check, decode, lib, strings
 from ._values import from_value, to_value
 from . import _ort
 from .errors import InvalidArgument
@@ -121,6 +121,13 @@ class Environment:
         """Names of the usable execution providers, in default priority order (CPU last)."""
         return [decode(lib.tess_env_provider_name(self._handle, i))
                 for i in range(lib.tess_env_provider_count(self._handle))]
+
+    def provider_stats(self, provider: str) -> dict[str, int]:
+        """What the core has asked of `provider` so far (tess_env_provider_stats): live instances, compiled
+        partitions and allocations, total allocations, and the copies and bytes across its memory boundary."""
+        stats = ProviderStats()
+        check(lib.tess_env_provider_stats(self._handle, provider.encode(), ctypes.byref(stats)))
+        return {name: int(getattr(stats, name)) for name, _ in ProviderStats._fields_[1:]}
 
 
 def _release_env(handle: int, log_trampoline: Any) -> None:  # noqa: ARG001 - keeps the trampoline alive

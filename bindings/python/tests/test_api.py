@@ -112,6 +112,21 @@ def test_output_names_select_and_order():
     assert len(session.run([], {"x": x})) == 2
 
 
+def test_provider_stats_count_sessions_and_return_to_zero():
+    plugin_dir = os.path.join(os.path.dirname(tessera.library_path), "tessera", "plugins")
+    env = tessera.Environment(plugin_path=plugin_dir, no_default_plugin_dirs=True)
+    session = tessera.InferenceSession(unary_model("Relu", shape=[2]), environment=env)
+    during = env.provider_stats("cpu")
+    assert during["live_instances"] == 1 and during["live_compiled"] >= 1
+    session.run(None, {"x": np.array([-1.0, 2.0], np.float32)})
+    assert env.provider_stats("cpu")["total_allocations"] > during["total_allocations"]
+    del session
+    after = env.provider_stats("cpu")
+    assert after["live_instances"] == 0 and after["live_compiled"] == 0 and after["live_allocations"] == 0
+    with pytest.raises(tessera.TesseraError):
+        env.provider_stats("no-such-provider")
+
+
 def test_partition_plan():
     session = tessera.InferenceSession(add_model(), providers=["cpu"], strict=True)
     plan = session.get_partitions()
