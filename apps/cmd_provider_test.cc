@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "onnx_io.h"
 #include "provider_kit/entry_checks.h"
 #include "provider_kit/op_checks.h"
 
@@ -123,9 +124,9 @@ std::vector<std::string> find_cases(const Options& o) {
         std::sort(found.begin(), found.end());
         for (const std::string& c : found) {
             if (!o.ops.empty()) {
-                const std::vector<std::string> model_ops = provider_kit::model_operators(c + "/model.onnx");
-                if (std::none_of(model_ops.begin(), model_ops.end(), [&](const std::string& op) { return o.ops.count(op); }))
-                    continue;
+                const std::vector<std::string> model_ops = onnx_io::model_operators(c + "/model.onnx");
+                const auto selected = [&](const std::string& op) { return o.ops.count(op) > 0; };
+                if (std::none_of(model_ops.begin(), model_ops.end(), selected)) continue;
             }
             cases.push_back(c);
         }
@@ -161,7 +162,8 @@ int provider_test_command(Args& args) {
     if (!fs::exists(plugin_path)) throw Error(TESS_STATUS_NOT_FOUND, "no plugin file '" + o.plugin + "'");
 
     // 1. The entry function, called directly in child processes.
-    const std::vector<provider_kit::CheckResult> entry = provider_kit::check_entry(plugin_path, o.settings.timeout_seconds);
+    const std::vector<provider_kit::CheckResult> entry =
+        provider_kit::check_entry(plugin_path, o.settings.timeout_seconds);
 
     // 2. The plugin through the core, next to the reference provider.
     EnvOptions env_options = o.env.options();

@@ -107,8 +107,8 @@ std::string call_entry(const std::string& path, const EntryCall& call) {
     TessStatus* status = entry(&host, exports);
     for (size_t i = call.exports_size; i < buffer.size(); ++i)
         if (buffer[i] != kCanary)
-            return "wrote byte " + std::to_string(i) + " past the exports table of " + std::to_string(call.exports_size) +
-                   " bytes";
+            return "wrote byte " + std::to_string(i) + " past the exports table of " +
+                   std::to_string(call.exports_size) + " bytes";
     if (status != nullptr) {
         const int32_t code = kit_status_code(status);
         const std::string message = kit_status_message(status);

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <stdexcept>
@@ -62,7 +63,8 @@ IsolatedOutcome run_isolated(const std::function<std::string()>& body, int timeo
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_seconds);
     bool timed_out = false;
     for (;;) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0) {
             timed_out = true;
             break;
@@ -87,7 +89,8 @@ IsolatedOutcome run_isolated(const std::function<std::string()>& body, int timeo
     } else if (WIFSIGNALED(status)) {
         const int sig = WTERMSIG(status);
         const char* name = ::sigabbrev_np(sig);
-        outcome.failure = std::string("crashed with ") + (name != nullptr ? std::string("SIG") + name : std::to_string(sig));
+        outcome.failure =
+            std::string("crashed with ") + (name != nullptr ? std::string("SIG") + name : std::to_string(sig));
     } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
         outcome.failure = "ended the process with exit status " + std::to_string(WEXITSTATUS(status));
     } else if (text.empty() || text.back() != kEnd) {

@@ -23,9 +23,6 @@ struct CaseResult {
     std::string detail;            // failed: what failed; skipped: why (the provider's decline reason)
 };
 
-// The operator types ("Add", "com.microsoft:Gelu") of the model's graph (not its subgraphs).
-std::vector<std::string> model_operators(const std::string& model_path);
-
 // Runs one case against the provider, in a child process sharing `env` (which has loaded it):
 //  - the session's plan: which nodes the provider claimed (none: skipped, with its reason); a second session must
 //    get the same plan (capability answers are consistent);

@@ -614,8 +614,8 @@ void print_summary(const Options& o, const std::vector<Case>& cases, const std::
     //   total  = operators appearing in the node cases that ran,
     //   loaded = operators with at least one case whose session was created,
     //   passed = operators with at least one passing case.
-    // A case's operators are the op types of its main graph (onnx_io::model_operators), so an "_expanded" case counts for
-    // the operators of its expansion.
+    // A case's operators are the op types of its main graph (onnx_io::model_operators), so an "_expanded" case counts
+    // for the operators of its expansion.
     struct OpStats {
         size_t cases = 0, loaded = 0, passed = 0;
     };

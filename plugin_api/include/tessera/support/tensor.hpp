@@ -71,13 +71,6 @@ public:
     }
     const void* raw_data() const { return host_->tensor_const_data(value_); }
 
-    bool same_shape(const TensorView& other) const {
-        if (rank() != other.rank()) return false;
-        for (size_t i = 0; i < rank(); ++i)
-            if (dims()[i] != other.dims()[i]) return false;
-        return true;
-    }
-
 private:
     void expect_type(int32_t type) const {
         if (element_type() != type)
