@@ -437,6 +437,8 @@ TESS_EXPORT TessStatus* tess_session_model_metadata(const TessSession* session, 
 struct TessRunOptions {
     std::atomic<bool> terminate{false};
     int64_t timeout_ms = 0;
+    std::string log_tag;       // API 0.2
+    std::string profile_path;  // API 0.2
 };
 
 TESS_EXPORT TessStatus* tess_run_options_create(TessRunOptions** out) {
@@ -464,6 +466,24 @@ TESS_EXPORT TessStatus* tess_run_options_set_timeout_ms(TessRunOptions* options,
         require(options, "run options");
         if (timeout_ms < 0) fail(TESS_STATUS_INVALID_ARGUMENT, "timeout {} ms is negative", timeout_ms);
         options->timeout_ms = timeout_ms;
+    });
+}
+
+TESS_EXPORT TessStatus* tess_run_options_set_log_tag(TessRunOptions* options, const char* tag) {
+    return guarded([&] {
+        require(options, "run options");
+        options->log_tag = tag != nullptr ? tag : "";
+    });
+}
+
+TESS_EXPORT const char* tess_run_options_get_log_tag(const TessRunOptions* options) {
+    return options != nullptr ? options->log_tag.c_str() : "";
+}
+
+TESS_EXPORT TessStatus* tess_run_options_set_profile_path(TessRunOptions* options, const char* path) {
+    return guarded([&] {
+        require(options, "run options");
+        options->profile_path = path != nullptr ? path : "";
     });
 }
 
@@ -505,6 +525,8 @@ TESS_EXPORT TessStatus* tess_session_run_with_options(TessSession* session, cons
         if (run_options != nullptr) {
             control.terminate = &run_options->terminate;
             control.timeout_ms = run_options->timeout_ms;
+            control.log_tag = &run_options->log_tag;
+            control.profile_path = &run_options->profile_path;
             if (run_options->timeout_ms > 0)
                 control.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(run_options->timeout_ms);
             control.check();

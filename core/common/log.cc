@@ -25,7 +25,15 @@ const char* level_name(int32_t level) {
     }
 }
 
+thread_local const std::string* t_run_tag = nullptr;
+
 }  // namespace
+
+ScopedRunLogTag::ScopedRunLogTag(const std::string* tag) : previous_(t_run_tag) {
+    if (tag != nullptr && !tag->empty()) t_run_tag = tag;
+}
+
+ScopedRunLogTag::~ScopedRunLogTag() { t_run_tag = previous_; }
 
 void add_log_sink(const LogSink* sink) {
     std::lock_guard lock(g_mutex);
@@ -39,8 +47,9 @@ void remove_log_sink(const LogSink* sink) {
 }
 
 void log_message(int32_t level, std::string_view source, std::string_view message) {
-    std::string line = std::string("tessera[") + std::string(source) + "] " + level_name(level) + ": " +
-                       std::string(message);
+    std::string line = std::string("tessera[") + std::string(source) + "] " + level_name(level) + ": ";
+    if (t_run_tag != nullptr) line += "[run " + *t_run_tag + "] ";
+    line += message;
     std::lock_guard lock(g_mutex);
     if (sinks().empty()) {
         if (level <= TESS_LOG_WARNING) std::fprintf(stderr, "%s\n", line.c_str());

@@ -414,9 +414,34 @@ void Session::check_input(const IoInfo& info, const TessValue& value) const {
              value.byte_size, storage_bytes(value.element_type, value.element_count()));
 }
 
+// The run as its caller observes it: a tag on the messages logged meanwhile and, when asked, a trace of its own.
 std::vector<ValuePtr> Session::run(const std::vector<std::string>& input_names,
                                    const std::vector<const TessValue*>& inputs,
                                    const std::vector<std::string>& output_names, const RunControl* control) const {
+    std::unique_ptr<Profiler> run_profiler;  // written when the run ends or fails
+    if (control != nullptr && control->profile_path != nullptr && !control->profile_path->empty())
+        run_profiler = std::make_unique<Profiler>(*control->profile_path, Profiler::now_ns());
+    Profiler* profiler = run_profiler ? run_profiler.get() : profiler_ && profiler_->active() ? profiler_.get() : nullptr;
+    const ScopedRunLogTag tag(control != nullptr ? control->log_tag : nullptr);
+    const bool tagged = control != nullptr && control->log_tag != nullptr && !control->log_tag->empty();
+    if (!tagged) return run_graph(input_names, inputs, output_names, control, profiler);
+    const int64_t start_ns = Profiler::now_ns();
+    log_message(TESS_LOG_DEBUG, "session", "run started");
+    try {
+        auto results = run_graph(input_names, inputs, output_names, control, profiler);
+        log_message(TESS_LOG_DEBUG, "session",
+                    fmt::format("run finished in {:.3f} ms", (Profiler::now_ns() - start_ns) / 1e6));
+        return results;
+    } catch (const std::exception& e) {
+        log_message(TESS_LOG_DEBUG, "session", fmt::format("run failed: {}", e.what()));
+        throw;
+    }
+}
+
+std::vector<ValuePtr> Session::run_graph(const std::vector<std::string>& input_names,
+                                         const std::vector<const TessValue*>& inputs,
+                                         const std::vector<std::string>& output_names, const RunControl* control,
+                                         Profiler* profiler) const {
     std::vector<std::pair<size_t, const TessValue*>> feeds;
     std::vector<bool> fed(inputs_.size(), false);
     for (size_t i = 0; i < input_names.size(); ++i) {
@@ -449,8 +474,7 @@ std::vector<ValuePtr> Session::run(const std::vector<std::string>& input_names,
         output_infos.push_back(&*std::find_if(outputs_.begin(), outputs_.end(),
                                               [&](const IoInfo& info) { return info.name == name; }));
     }
-    auto results =
-        executor_->run(feeds, output_ids, profiler_ && profiler_->active() ? profiler_.get() : nullptr, control);
+    auto results = executor_->run(feeds, output_ids, profiler, control);
     for (size_t i = 0; i < results.size(); ++i)
         if (results[i]) check_output(*output_infos[i], *results[i]);
     return results;

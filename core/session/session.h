@@ -55,7 +55,8 @@ public:
     const ModelMetadata& metadata() const { return metadata_; }
     ~Session();
 
-    // `control` (may be NULL) can stop the run early with a CANCELLED error.
+    // `control` (may be NULL): what the caller's run options ask; it can stop the run early with a CANCELLED error,
+    // tag the messages logged meanwhile, and profile this run into a trace of its own.
     std::vector<ValuePtr> run(const std::vector<std::string>& input_names, const std::vector<const TessValue*>& inputs,
                               const std::vector<std::string>& output_names,
                               const RunControl* control = nullptr) const;
@@ -76,6 +77,11 @@ private:
     void free_released_constants(const std::set<std::pair<size_t, size_t>>& released, size_t freed);
     std::unordered_map<std::string, size_t> count_constant_readers() const;
     void compile(const TessSessionOptions& options);
+    // The run itself, recorded into `profiler` (may be NULL).
+    std::vector<ValuePtr> run_graph(const std::vector<std::string>& input_names,
+                                    const std::vector<const TessValue*>& inputs,
+                                    const std::vector<std::string>& output_names, const RunControl* control,
+                                    Profiler* profiler) const;
     void check_input(const IoInfo& info, const TessValue& value) const;
     void check_output(const IoInfo& info, const TessValue& value) const;
     void infer_custom_op_types();

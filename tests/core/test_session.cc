@@ -1,5 +1,10 @@
 // Sessions through the C API: input validation errors, output selection, constant folding, concurrent runs.
+#include <algorithm>
+#include <fstream>
+#include <mutex>
 #include <thread>
+
+#include <unistd.h>
 
 #include "test_support.h"
 
@@ -212,4 +217,149 @@ TEST(Session, TerminatedRunOptionsCancelARun) {
     EXPECT_EQ(static_cast<const float*>(tess_tensor_const_data(y.get()))[1], 2.0f);
     TESS_ASSERT_OK(tess_session_run_with_options(s.get(), nullptr, &name, inputs, 1, nullptr, 1, &out));
     tess_value_release(out);
+}
+
+namespace {
+
+// Messages the environment's log callback received (every level down to debug).
+struct LogCapture {
+    std::mutex mutex;
+    std::vector<std::string> lines;
+    EnvPtr env;
+
+    explicit LogCapture(const std::string& plugin_path) {
+        TessEnvOptions options{};
+        options.struct_size = sizeof(options);
+        options.log_level = TESS_LOG_DEBUG;
+        options.log_callback = [](void* user, int32_t, const char* message) {
+            auto* self = static_cast<LogCapture*>(user);
+            std::lock_guard lock(self->mutex);
+            self->lines.emplace_back(message);
+        };
+        options.log_user_data = this;
+        options.plugin_path = plugin_path.c_str();
+        options.no_default_plugin_dirs = 1;
+        TessEnv* raw = nullptr;
+        StatusPtr status(tess_env_create(&options, &raw));
+        EXPECT_EQ(status, nullptr) << tess_status_message(status.get());
+        env.reset(raw);
+    }
+    size_t count(const std::string& text) {
+        std::lock_guard lock(mutex);
+        return std::count_if(lines.begin(), lines.end(),
+                             [&](const std::string& line) { return line.find(text) != std::string::npos; });
+    }
+};
+
+using RunOptionsPtr = std::unique_ptr<TessRunOptions, decltype(&tess_run_options_release)>;
+
+RunOptionsPtr make_run_options() {
+    TessRunOptions* options = nullptr;
+    StatusPtr status(tess_run_options_create(&options));
+    EXPECT_EQ(status, nullptr);
+    return RunOptionsPtr(options, tess_run_options_release);
+}
+
+}  // namespace
+
+// A consumer written against API 0.1 uses run options for terminate and timeout only: its runs log no tag and write
+// no trace, exactly as before 0.2 appended the log tag and per-run profiling.
+TEST(Session, RunOptionsOfAnApi01ConsumerBehaveAsBefore) {
+    LogCapture log(plugin_dir().string());
+    ModelBuilder b;
+    b.input("x", {2}).output("y", {2});
+    b.node("Relu", {"x"}, {"y"});
+    SessionPtr s = make_session(log.env.get(), b);
+    auto x = make_float_tensor({2}, {-1.0f, 2.0f});
+    const char* name = "x";
+    const TessValue* inputs[] = {x.get()};
+    RunOptionsPtr options = make_run_options();
+    TESS_ASSERT_OK(tess_run_options_set_timeout_ms(options.get(), 60000));
+    TessValue* out = nullptr;
+    TESS_ASSERT_OK(tess_session_run_with_options(s.get(), options.get(), &name, inputs, 1, nullptr, 1, &out));
+    ValuePtr y(out);
+    EXPECT_EQ(static_cast<const float*>(tess_tensor_const_data(y.get()))[0], 0.0f);
+    EXPECT_STREQ(tess_run_options_get_log_tag(options.get()), "");
+    EXPECT_EQ(log.count("[run "), 0u);
+}
+
+// The log tag marks the messages of the run in progress on each calling thread, concurrent runs each with their own.
+TEST(Session, RunOptionsLogTagMarksEachRunsMessages) {
+    LogCapture log(plugin_dir().string());
+    ModelBuilder b;
+    b.input("x", {2}).output("y", {2});
+    b.node("Relu", {"x"}, {"y"});
+    SessionPtr s = make_session(log.env.get(), b);
+    auto x = make_float_tensor({2}, {-1.0f, 2.0f});
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t)
+        threads.emplace_back([&, t] {
+            RunOptionsPtr options = make_run_options();
+            const std::string tag = "request-" + std::to_string(t);
+            StatusPtr set(tess_run_options_set_log_tag(options.get(), tag.c_str()));
+            ASSERT_EQ(set, nullptr);
+            EXPECT_EQ(tess_run_options_get_log_tag(options.get()), tag);
+            const char* name = "x";
+            const TessValue* inputs[] = {x.get()};
+            for (int i = 0; i < 5; ++i) {
+                TessValue* out = nullptr;
+                StatusPtr status(tess_session_run_with_options(s.get(), options.get(), &name, inputs, 1, nullptr, 1, &out));
+                EXPECT_EQ(status, nullptr);
+                tess_value_release(out);
+            }
+        });
+    for (auto& th : threads) th.join();
+    for (int t = 0; t < 2; ++t) {
+        const std::string tag = "[run request-" + std::to_string(t) + "] ";
+        EXPECT_EQ(log.count(tag + "run started"), 5u);
+        EXPECT_EQ(log.count(tag + "run finished in "), 5u);
+    }
+    // A failing run says so under its tag; messages outside tagged runs carry none.
+    RunOptionsPtr options = make_run_options();
+    TESS_ASSERT_OK(tess_run_options_set_log_tag(options.get(), "bad"));
+    auto wrong = make_float_tensor({3}, {1, 2, 3});
+    const char* name = "x";
+    const TessValue* inputs[] = {wrong.get()};
+    TessValue* out = nullptr;
+    StatusPtr failed(tess_session_run_with_options(s.get(), options.get(), &name, inputs, 1, nullptr, 1, &out));
+    EXPECT_NE(failed, nullptr);
+    EXPECT_EQ(log.count("[run bad] run failed: "), 1u);
+    TESS_ASSERT_OK(tess_run_options_set_log_tag(options.get(), nullptr));
+    EXPECT_STREQ(tess_run_options_get_log_tag(options.get()), "");
+    const size_t tagged_before = log.count("[run ");
+    StatusPtr failed_again(tess_session_run_with_options(s.get(), options.get(), &name, inputs, 1, nullptr, 1, &out));
+    EXPECT_NE(failed_again, nullptr);
+    EXPECT_EQ(log.count("[run "), tagged_before);
+}
+
+// A run profiled on its own writes its own Chrome trace, with its nodes, whether or not the session profiles.
+TEST(Session, RunOptionsProfileOneRun) {
+    EnvPtr env = make_env(plugin_dir().string());
+    ModelBuilder b;
+    b.input("x", {2}).output("y", {2});
+    b.node("Relu", {"x"}, {"r"}, "first_relu");
+    b.node("Neg", {"r"}, {"y"}, "then_neg");
+    SessionPtr s = make_session(env.get(), b);
+    auto x = make_float_tensor({2}, {-1.0f, 2.0f});
+    const char* name = "x";
+    const TessValue* inputs[] = {x.get()};
+    const std::filesystem::path trace = std::filesystem::temp_directory_path() / ("tessera_run_trace_" + std::to_string(::getpid()) + ".json");
+    std::filesystem::remove(trace);
+    RunOptionsPtr options = make_run_options();
+    TESS_ASSERT_OK(tess_run_options_set_profile_path(options.get(), trace.c_str()));
+    TessValue* out = nullptr;
+    TESS_ASSERT_OK(tess_session_run_with_options(s.get(), options.get(), &name, inputs, 1, nullptr, 1, &out));
+    tess_value_release(out);
+    ASSERT_TRUE(std::filesystem::exists(trace));
+    std::ifstream in(trace);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("\"traceEvents\""), std::string::npos);
+    EXPECT_NE(text.find("first_relu"), std::string::npos) << text;
+    EXPECT_NE(text.find("then_neg"), std::string::npos) << text;
+    std::filesystem::remove(trace);
+    // Turned off again: the next run writes nothing.
+    TESS_ASSERT_OK(tess_run_options_set_profile_path(options.get(), ""));
+    TESS_ASSERT_OK(tess_session_run_with_options(s.get(), options.get(), &name, inputs, 1, nullptr, 1, &out));
+    tess_value_release(out);
+    EXPECT_FALSE(std::filesystem::exists(trace));
 }

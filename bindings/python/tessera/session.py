@@ -236,8 +236,10 @@ class RunOptions:
     """Options of a run, as onnxruntime's ``RunOptions``: set ``terminate = True`` from any thread to stop the runs
     using these options (they raise :class:`tessera.Cancelled`, and later runs with them fail at once until it is
     set back to False); ``timeout_ms`` > 0 stops a run that takes longer.  Runs stop between nodes (and between
-    iterations of Loop and Scan); the session stays usable.  ``log_severity_level``, ``log_verbosity_level`` and
-    ``logid`` are kept for onnxruntime code and not used."""
+    iterations of Loop and Scan); the session stays usable.  ``logid`` (onnxruntime's name for it) tags the messages
+    logged while such a run is in progress with "[run LOGID] "; ``profile_path`` writes each run's own Chrome trace
+    there (tess_run_options_set_profile_path).  ``log_severity_level`` and ``log_verbosity_level`` are kept for
+    onnxruntime code and not used."""
 
     def __init__(self) -> None:
         handle = Handle()
@@ -245,9 +247,9 @@ class RunOptions:
         self._handle = handle.value
         self._timeout_ms = 0
         self._finalizer = weakref.finalize(self, lib.tess_run_options_release, self._handle)
+        self._profile_path = ""
         self.log_severity_level = 2
         self.log_verbosity_level = 0
-        self.logid = ""
 
     @property
     def terminate(self) -> bool:
@@ -267,6 +269,24 @@ class RunOptions:
             raise InvalidArgument(f"timeout_ms must be an int, not {type(value).__name__}")
         check(lib.tess_run_options_set_timeout_ms(self._handle, value))
         self._timeout_ms = value
+
+    @property
+    def logid(self) -> str:
+        return lib.tess_run_options_get_log_tag(self._handle).decode()
+
+    @logid.setter
+    def logid(self, value: str) -> None:
+        check(lib.tess_run_options_set_log_tag(self._handle, str(value).encode()))
+
+    @property
+    def profile_path(self) -> str:
+        return self._profile_path
+
+    @profile_path.setter
+    def profile_path(self, value: str | os.PathLike[str]) -> None:
+        path = os.fspath(value) if value else ""
+        check(lib.tess_run_options_set_profile_path(self._handle, path.encode()))
+        self._profile_path = path
 
 
 # onnxruntime's log severities (0 verbose ... 4 fatal) as Tessera log levels.

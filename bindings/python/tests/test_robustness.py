@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -113,6 +114,30 @@ def test_run_options_check_their_arguments():
     session = tessera.InferenceSession(unary_model("Relu", shape=[1]))
     with pytest.raises(tessera.InvalidArgument, match="run_options must be a tessera.RunOptions"):
         session.run(None, {"x": np.zeros(1, np.float32)}, {"terminate": True})
+
+
+def test_run_options_tag_the_log_and_profile_one_run(tmp_path):
+    messages = []
+    env = tessera.Environment(log_level=tessera.LogLevel.DEBUG, log_callback=lambda level, text: messages.append(text))
+    session = tessera.InferenceSession(unary_model("Relu", shape=[2]), environment=env)
+    options = tessera.RunOptions()
+    options.logid = "request-7"
+    options.profile_path = tmp_path / "run.json"
+    assert options.logid == "request-7"
+    (y,) = session.run(None, {"x": np.array([-1, 2], np.float32)}, options)
+    assert y.tolist() == [0.0, 2.0]
+    assert any(m.endswith("[run request-7] run started") for m in messages), messages
+    assert any("[run request-7] run finished in" in m for m in messages), messages
+    trace = json.loads((tmp_path / "run.json").read_text())
+    assert any(event.get("cat") == "node" for event in trace["traceEvents"]), trace
+    # A run without them: no tag, no trace.
+    messages.clear()
+    options.logid = ""
+    options.profile_path = ""
+    (tmp_path / "run.json").unlink()
+    session.run(None, {"x": np.array([-1, 2], np.float32)}, options)
+    assert not any("[run " in m for m in messages)
+    assert not (tmp_path / "run.json").exists()
 
 
 @pytest.mark.parametrize("threads", [100000, 2**40, -1])

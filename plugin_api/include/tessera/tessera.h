@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 #define TESS_API_VERSION_MAJOR 0
-#define TESS_API_VERSION_MINOR 1
+#define TESS_API_VERSION_MINOR 2
 #define TESS_API_VERSION_PATCH 0
 
 /* The library's version string, TESS_VERSION_STRING of tessera/version.h ("0.1.0"); static. */
@@ -289,6 +289,27 @@ TESS_EXPORT int32_t tess_run_options_get_terminate(const TessRunOptions* options
 /* A run using these options stops once it has taken longer than `timeout_ms` milliseconds; 0 (the default) means
  * no limit.  Must not change while a run uses the options. */
 TESS_EXPORT TessStatus* tess_run_options_set_timeout_ms(TessRunOptions* options, int64_t timeout_ms);
+
+/* ---- Appended in API 0.2: tagging and profiling one run.  A consumer built against 0.1 never calls these and its
+ * runs behave as before: no tag, no per-run profile. ---- */
+
+/* A tag for the runs made with these options (a request id, say): every message the core or a provider logs on the
+ * thread that called tess_session_run_with_options while such a run is in progress starts with "[run TAG] "
+ * (messages logged by a provider's own worker threads carry no tag), and the core logs each tagged run's start,
+ * end and time at TESS_LOG_DEBUG.  The string is copied; NULL or "" removes the tag.  Must not change while a run
+ * uses the options.  Since API 0.2. */
+TESS_EXPORT TessStatus* tess_run_options_set_log_tag(TessRunOptions* options, const char* tag);
+/* The current tag ("" when none); owned by the options, valid until the tag changes or they are released.  Since
+ * API 0.2. */
+TESS_EXPORT const char* tess_run_options_get_log_tag(const TessRunOptions* options);
+/* Profiles each run made with these options on its own, whether or not the session was created with profiling
+ * (tess_session_options_set_profiling): the run's partitions and nodes are written, when the run ends (also when it
+ * fails), as a Chrome trace (Perfetto, chrome://tracing) to `path`, replacing the file; several runs sharing the
+ * options write it in turn, the last one to end winning.  Such a run is recorded in that file instead of in the
+ * session's profile.  A trace that cannot be written is logged as an error; the run's own result stands.  The
+ * string is copied; NULL or "" turns per-run profiling off.  Must not change while a run uses the options.  Since
+ * API 0.2. */
+TESS_EXPORT TessStatus* tess_run_options_set_profile_path(TessRunOptions* options, const char* path);
 
 /* tess_session_run with run options; `run_options` may be NULL (as tess_session_run).  Thread-safe like it; several
  * runs may share one TessRunOptions (setting terminate then stops them all). */
