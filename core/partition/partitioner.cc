@@ -119,15 +119,22 @@ PartitionResult partition_graph(const PartitionRequest& request) {
         if (request.skipped.count(p)) continue;
         std::vector<size_t> candidates;
         auto excluded = request.excluded.find(p);
+        bool any_unassigned = false;
         for (size_t n = 0; n < graph.nodes.size(); ++n) {
             if (assignment[n] != kUnassigned) continue;
+            any_unassigned = true;
             if (excluded != request.excluded.end() && excluded->second.count(n)) {
-                declines[n].emplace_back(instance->provider().name, "failed to compile it");
+                auto error = request.compile_errors.find(p);
+                declines[n].emplace_back(instance->provider().name,
+                                         error == request.compile_errors.end()
+                                             ? std::string("failed to compile it")
+                                             : "failed to compile it: " + error->second);
                 continue;
             }
             candidates.push_back(n);
         }
-        if (candidates.empty()) break;
+        if (!any_unassigned) break;
+        if (candidates.empty()) continue;  // all it could take, it failed to compile: the next providers are asked
         GraphViewBuilder builder(graph);
         const TessGraphView* view = builder.build(candidates);
         TessCapabilityContext ctx;
@@ -173,6 +180,31 @@ PartitionResult partition_graph(const PartitionRequest& request) {
 
     result.groups = group_nodes(graph, assignment);
     return result;
+}
+
+std::vector<int> place_nodes(const std::vector<ProviderInstance*>& providers, const Graph& graph,
+                             const std::vector<size_t>& nodes) {
+    std::vector<int> placement(nodes.size(), -1);
+    for (size_t p = 0; p < providers.size(); ++p) {
+        std::vector<size_t> open;
+        for (size_t i = 0; i < nodes.size(); ++i)
+            if (placement[i] < 0) open.push_back(nodes[i]);
+        if (open.empty()) break;
+        GraphViewBuilder builder(graph);
+        const TessGraphView* view = builder.build(open);
+        TessCapabilityContext capability;
+        capability.offered.assign(graph.nodes.size(), false);
+        for (size_t n : open) capability.offered[n] = true;
+        TessStatus* status = providers[p]->api().get_capability(providers[p]->handle(), view, &capability);
+        if (status != nullptr) {  // the session's partitioning reports it
+            release_status(adopt_plugin_status(status, "a capability query"));
+            continue;
+        }
+        for (size_t claimed : capability.claimed)
+            for (size_t i = 0; i < nodes.size(); ++i)
+                if (nodes[i] == claimed && placement[i] < 0) placement[i] = static_cast<int>(p);
+    }
+    return placement;
 }
 
 }  // namespace tessera

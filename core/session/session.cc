@@ -2,9 +2,6 @@
 
 #include <algorithm>
 
-#include <set>
-#include <thread>
-
 #include <fmt/format.h>
 
 #include "common/status.h"
@@ -13,6 +10,9 @@
 #include "optimizer/optimizer.h"
 #include "partition/partitioner.h"
 #include "plugins/contexts.h"
+#include "session/compile_graph.h"
+#include "session/constant_evaluation.h"
+#include "session/provider_selection.h"
 
 namespace tessera {
 
@@ -44,13 +44,17 @@ Session::Session(TessEnv& env, LoadedModel model, const TessSessionOptions& opti
     infer_custom_op_types();  // before the I/O descriptions, which show the inferred types
     for (const auto& in : graph_.inputs) inputs_.push_back(make_io_info(graph_, in));
     for (const auto& out : graph_.outputs) outputs_.push_back(make_io_info(graph_, out));
-    choose_providers(env, options);
+    instances_ = start_providers(env, options, custom_op_apis_);
     profile_phase("providers", providers_start, fmt::format("{{\"instances\":{}}}", instances_.size()));
     const int64_t optimize_start = Profiler::now_ns();
     PassContext context;
-    context.evaluate = [this](const Graph& graph, size_t node) { return evaluate_constant_node(graph, node); };
+    context.evaluate = [this](const Graph& graph, size_t node) {
+        return evaluate_constant_node(instances_, graph, node);
+    };
     context.placement = [this](const Graph& graph, const std::vector<size_t>& nodes) {
-        return place_nodes(graph, nodes);
+        std::vector<ProviderInstance*> providers;
+        for (const auto& instance : instances_) providers.push_back(instance.get());
+        return place_nodes(providers, graph, nodes);
     };
     const size_t nodes_before = graph_.nodes.size();
     optimize(graph_, context, optimization_level_from_int(options.optimization_level));
@@ -64,7 +68,9 @@ Session::Session(TessEnv& env, LoadedModel model, const TessSessionOptions& opti
         save_model_file(graph_, options.optimized_model_path);
         profile_phase("save", save_start, fmt::format("{{\"initializers\":{}}}", graph_.initializers.size()));
     }
-    compile(options);
+    CompiledGraph compiled = compile_graph(graph_, instances_, options.strict, profiler_.get());
+    executor_ = std::move(compiled.executor);
+    partition_end_ns_ = compiled.partition_end_ns;
     profile_phase("compile", partition_end_ns_, fmt::format("{{\"partitions\":{}}}", executor_->partitions().size()));
     std::string plan;
     for (const auto& part : executor_->partitions())
@@ -94,56 +100,6 @@ int64_t Session::profile_phase(const char* name, int64_t start_ns, const std::st
 
 Session::~Session() {
     executor_.reset();  // compiled partitions go before the instances that made them
-}
-
-void Session::choose_providers(TessEnv& env, const TessSessionOptions& options) {
-    std::vector<std::shared_ptr<const Provider>> chosen;
-    auto add = [&](std::shared_ptr<const Provider> p) {
-        for (const auto& c : chosen)
-            if (c->name == p->name) return;
-        chosen.push_back(std::move(p));
-    };
-    if (options.providers.empty()) {
-        for (auto& p : env.plugins.providers()) add(p);
-    } else {
-        for (const auto& name : options.providers) {
-            auto provider = env.plugins.find(name);
-            std::string problem;
-            if (!provider) problem = fmt::format("provider '{}' is not loaded", name);
-            else if (!provider->available)
-                problem = fmt::format("provider '{}' is unavailable: {}", name, provider->unavailable_reason);
-            if (problem.empty()) {
-                add(provider);
-                continue;
-            }
-            if (options.strict) fail(TESS_STATUS_UNAVAILABLE, "{} (strict mode)", problem);
-            log_message(TESS_LOG_WARNING, "session", problem + "; falling back");
-        }
-        if (!options.strict) {
-            // The general-purpose fallbacks run whatever the listed providers leave.
-            for (auto& p : env.plugins.providers())
-                if (TESS_HAS_FIELD(p->api, TessProviderApi, is_fallback) && p->api->is_fallback) add(p);
-        }
-    }
-    if (chosen.empty()) fail(TESS_STATUS_UNAVAILABLE, "no execution provider is available (is the plugin directory "
-                                                     "next to libtessera, or TESSERA_PLUGIN_PATH set?)");
-    TessProviderOptions provider_options{};
-    provider_options.struct_size = sizeof(provider_options);
-    int threads = options.intra_op_threads;
-    if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    provider_options.intra_op_threads = threads;
-    provider_options.custom_op_count = custom_op_apis_.size();
-    provider_options.custom_ops = custom_op_apis_.data();
-    provider_options.memory_limit_bytes = options.memory_limit_bytes;
-    for (auto& provider : chosen) {
-        try {
-            instances_.emplace_back(ProviderInstance::create(provider, provider_options));
-        } catch (const Error& e) {
-            if (options.strict) throw;
-            log_message(TESS_LOG_WARNING, "session", e.what());
-        }
-    }
-    if (instances_.empty()) fail(TESS_STATUS_UNAVAILABLE, "no execution provider could be started");
 }
 
 // Custom operators state their output types, so that providers (and the partition plan) see typed values.
@@ -178,214 +134,6 @@ void Session::infer_custom_op_types() {
             }
             break;
         }
-    }
-}
-
-// How many (node, input) reads each freeable constant has; constants read by subgraph bodies, returned as graph
-// outputs or overridable as graph inputs are left out (never freed).
-std::unordered_map<std::string, size_t> Session::count_constant_readers() const {
-    std::unordered_map<std::string, size_t> readers;
-    std::set<std::string> pinned(graph_.outputs.begin(), graph_.outputs.end());
-    for (const Node& node : graph_.nodes) {
-        for (const auto& name : node.inputs)
-            if (!name.empty() && graph_.initializers.count(name)) ++readers[name];
-        pinned.insert(node.implicit_inputs.begin(), node.implicit_inputs.end());
-    }
-    for (auto it = readers.begin(); it != readers.end();) {
-        if (pinned.count(it->first) || graph_.is_graph_input(it->first)) it = readers.erase(it);
-        else ++it;
-    }
-    return readers;
-}
-
-// Frees the constants every reader has copied (prepacked) for itself, so that weights are held once.  A constant
-// read by a subgraph body, or returned as a graph output, stays.
-void Session::free_released_constants(const std::set<std::pair<size_t, size_t>>& released, size_t freed) {
-    std::unordered_map<std::string, bool> all_released;
-    for (size_t n = 0; n < graph_.nodes.size(); ++n) {
-        const Node& node = graph_.nodes[n];
-        for (size_t i = 0; i < node.inputs.size(); ++i) {
-            const std::string& name = node.inputs[i];
-            if (name.empty() || !graph_.initializers.count(name)) continue;
-            auto [it, inserted] = all_released.emplace(name, true);
-            if (!released.count({n, i})) it->second = false;
-        }
-        for (const auto& name : node.implicit_inputs) all_released[name] = false;
-    }
-    for (const auto& out : graph_.outputs) all_released[out] = false;
-    for (const auto& [name, releasable] : all_released) {
-        if (!releasable || graph_.is_graph_input(name)) continue;
-        auto it = graph_.initializers.find(name);
-        if (it == graph_.initializers.end()) continue;
-        freed += it->second->byte_size;
-        graph_.initializers.erase(it);
-    }
-    if (freed > 0)
-        log_message(TESS_LOG_DEBUG, "session", fmt::format("freed {} bytes of constants the providers prepacked", freed));
-}
-
-// The first provider (priority order) claiming each node, as the partitioner would ask them.
-std::vector<int> Session::place_nodes(const Graph& graph, const std::vector<size_t>& nodes) {
-    std::vector<int> placement(nodes.size(), -1);
-    for (size_t p = 0; p < instances_.size(); ++p) {
-        std::vector<size_t> open;
-        for (size_t i = 0; i < nodes.size(); ++i)
-            if (placement[i] < 0) open.push_back(nodes[i]);
-        if (open.empty()) break;
-        GraphViewBuilder builder(graph);
-        const TessGraphView* view = builder.build(open);
-        TessCapabilityContext capability;
-        capability.offered.assign(graph.nodes.size(), false);
-        for (size_t n : open) capability.offered[n] = true;
-        TessStatus* status = instances_[p]->api().get_capability(instances_[p]->handle(), view, &capability);
-        if (status != nullptr) {  // a provider that cannot answer claims nothing here; compile() reports it later
-            release_status(adopt_plugin_status(status, "a capability query"));
-            continue;
-        }
-        for (size_t claimed : capability.claimed)
-            for (size_t i = 0; i < nodes.size(); ++i)
-                if (nodes[i] == claimed && placement[i] < 0) placement[i] = static_cast<int>(p);
-    }
-    return placement;
-}
-
-std::vector<ValuePtr> Session::evaluate_constant_node(const Graph& graph, size_t node_index) {
-    for (auto& instance : instances_) {
-        if (!instance->is_host_memory()) continue;
-        try {
-            GraphViewBuilder builder(graph);
-            std::vector<std::string> outputs;
-            for (const auto& out : graph.nodes[node_index].outputs) outputs.push_back(out);
-            const TessGraphView* view = builder.build({node_index}, &outputs);
-            TessCapabilityContext capability;
-            capability.offered.assign(graph.nodes.size(), false);
-            capability.offered[node_index] = true;
-            TessStatus* status = instance->api().get_capability(instance->handle(), view, &capability);
-            if (status != nullptr) {  // this provider cannot answer; another host provider may
-                release_status(adopt_plugin_status(status, "a capability query"));
-                continue;
-            }
-            if (capability.claimed.empty()) continue;
-            CompiledPartition part;
-            part.instance = instance.get();
-            throw_if_error(instance->compile(view, &part.compiled));
-            std::vector<ValuePtr> results(outputs.size());
-            TessComputeContext ctx;
-            ctx.outputs = &results;
-            ctx.instance = instance.get();
-            throw_if_error(instance->api().compute(part.compiled, &ctx));
-            for (size_t i = 0; i < outputs.size(); ++i)
-                if (!outputs[i].empty() && !results[i]) return {};
-            return results;
-        } catch (const Error& e) {
-            log_message(TESS_LOG_DEBUG, "optimizer",
-                        fmt::format("not folding {}: {}", graph.nodes[node_index].label(), e.what()));
-            return {};
-        }
-    }
-    return {};
-}
-
-void Session::compile(const TessSessionOptions& options) {
-    PartitionRequest request;
-    request.graph = &graph_;
-    request.strict = options.strict;
-    for (auto& instance : instances_) request.providers.push_back(instance.get());
-
-    // A provider that fails to compile a group gives those nodes up to the next provider (unless strict).
-    // With one provider no partition is ever compiled twice (its failure ends session creation), so a constant is
-    // freed the moment its last reader has copied it: a model's weights are not held twice while they are packed.
-    // With several providers a failed compile re-partitions and compiles again, so frees wait for the last attempt.
-    std::unordered_map<std::string, size_t> readers_left;
-    std::function<void(size_t, size_t)> free_at_release;
-    size_t freed_early = 0;
-    if (instances_.size() == 1) {
-        readers_left = count_constant_readers();
-        free_at_release = [this, &readers_left, &freed_early](size_t node, size_t input) {
-            if (node >= graph_.nodes.size() || input >= graph_.nodes[node].inputs.size()) return;
-            auto it = readers_left.find(graph_.nodes[node].inputs[input]);
-            if (it == readers_left.end() || it->second == 0 || --it->second > 0) return;
-            auto constant = graph_.initializers.find(it->first);
-            if (constant == graph_.initializers.end()) return;
-            freed_early += constant->second->byte_size;
-            graph_.initializers.erase(constant);
-        };
-    }
-    for (size_t attempt = 0;; ++attempt) {
-        std::set<std::pair<size_t, size_t>> released_reads;  // constants the compiled partitions copied
-        const int64_t partition_start = Profiler::now_ns();
-        PartitionResult plan = partition_graph(request);
-        request.skipped.insert(plan.failed_queries.begin(), plan.failed_queries.end());  // asked once per session
-        partition_end_ns_ = profile_phase("partition", partition_start,
-                                          fmt::format("{{\"groups\":{},\"attempt\":{}}}", plan.groups.size(), attempt));
-        std::vector<CompiledPartition> compiled;
-        bool retry = false;
-        for (const auto& group : plan.groups) {
-            CompiledPartition part;
-            part.instance = request.providers[group.provider];
-            part.nodes = group.nodes;
-            GraphViewBuilder builder(graph_);
-            const TessGraphView* view = builder.build(group.nodes);
-            part.inputs = builder.input_names();
-            part.outputs = builder.output_names();
-            CompileReleases releases;
-            releases.view = view;
-            if (free_at_release) releases.on_release = free_at_release;
-            active_compile_releases() = &releases;
-            TessStatus* status = adopt_plugin_status(
-                part.instance->compile(view, &part.compiled),
-                fmt::format("provider '{}' compile", part.instance->provider().name));
-            active_compile_releases() = nullptr;
-            for (const auto& read : releases.released) released_reads.insert(read);
-            if (status != nullptr) {
-                std::string provider = part.instance->provider().name;
-                if (options.strict || attempt > instances_.size() * 4)
-                    throw_if_error(status, fmt::format("provider '{}' failed to compile a partition", provider));
-                log_message(TESS_LOG_WARNING, "session",
-                            fmt::format("provider '{}' failed to compile {} node(s), falling back: {}", provider,
-                                        group.nodes.size(), status->message));
-                release_status(status);
-                request.excluded[group.provider].insert(group.nodes.begin(), group.nodes.end());
-                retry = true;
-                break;
-            }
-            compiled.push_back(std::move(part));
-        }
-        if (retry) continue;
-
-        for (auto& part : compiled) {
-            for (size_t n : part.nodes) {
-                const Node& node = graph_.nodes[n];
-                part.node_names.push_back(node.name.empty() ? fmt::format("{}#{}", node.op_type, n) : node.name);
-                part.node_ops.push_back(node.domain.empty() ? node.op_type : node.domain + ":" + node.op_type);
-            }
-            for (auto& s : part.node_names) part.node_name_ptrs.push_back(s.c_str());
-            for (auto& s : part.node_ops) part.node_op_ptrs.push_back(s.c_str());
-            for (auto& s : part.inputs) part.input_ptrs.push_back(s.c_str());
-            for (auto& s : part.outputs) part.output_ptrs.push_back(s.c_str());
-        }
-        // Count the boundary copies: inputs produced in another memory kind (caller inputs live on the host).
-        auto memory_name = [](const ProviderInstance* instance) -> std::string {
-            return instance == nullptr || instance->is_host_memory() ? TESS_HOST_MEMORY_NAME
-                                                                     : instance->memory_kind()->name;
-        };
-        // A tensor crosses into a memory kind once per run: the first partition there that reads it counts it.
-        std::unordered_map<std::string, const ProviderInstance*> producer;
-        for (const auto& part : compiled)
-            for (const auto& out : part.outputs) producer[out] = part.instance;
-        std::set<std::pair<std::string, std::string>> crossed;  // (value, memory kind)
-        for (auto& part : compiled) {
-            part.memory_kind = memory_name(part.instance);
-            for (const auto& in : part.inputs) {
-                auto it = producer.find(in);
-                bool copied = memory_name(it == producer.end() ? nullptr : it->second) != part.memory_kind;
-                part.input_copied.push_back(copied ? 1 : 0);
-                if (copied && crossed.emplace(in, part.memory_kind).second) ++part.copy_count;
-            }
-        }
-        executor_ = std::make_unique<Executor>(graph_, std::move(compiled));
-        free_released_constants(released_reads, freed_early);
-        break;
     }
 }
 

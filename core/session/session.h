@@ -70,13 +70,6 @@ public:
     Profiler* profiler() const { return profiler_.get(); }
 
 private:
-    void choose_providers(TessEnv& env, const TessSessionOptions& options);
-    std::vector<ValuePtr> evaluate_constant_node(const Graph& graph, size_t node_index);
-    std::vector<int> place_nodes(const Graph& graph, const std::vector<size_t>& nodes);
-    // `freed`: bytes already freed while compiling (single-provider sessions), for the log line.
-    void free_released_constants(const std::set<std::pair<size_t, size_t>>& released, size_t freed);
-    std::unordered_map<std::string, size_t> count_constant_readers() const;
-    void compile(const TessSessionOptions& options);
     // The run itself, recorded into `profiler` (may be NULL).
     std::vector<ValuePtr> run_graph(const std::vector<std::string>& input_names,
                                     const std::vector<const TessValue*>& inputs,

@@ -1,6 +1,9 @@
 // Partitioning: providers claim nodes in priority order, claimed nodes fuse into connected groups without cycles,
 // boundary tensors are copied between memory kinds, and unclaimed nodes are explained.
 #include <cmath>
+#include <filesystem>
+
+#include <unistd.h>
 
 #include "model/loader.h"
 #include "partition/partitioner.h"
@@ -116,4 +119,90 @@ TEST(Partition, UnclaimedNodesAreExplained) {
     EXPECT_NE(message.find("opset 13"), std::string::npos) << message;
     EXPECT_NE(message.find("float"), std::string::npos) << message;
     EXPECT_NE(message.find("partial runs only float32 Relu and Add"), std::string::npos) << message;
+}
+
+namespace {
+
+// An environment over the cpu provider and "refusing" (tests/plugins/misbehaving.c), which claims every node and
+// compiles none; `with_cpu` false leaves cpu out.
+EnvPtr refusing_env(const std::filesystem::path& dir, bool with_cpu) {
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy(misbehaving_plugin_dir() / "libtest_compile_error.so", dir / "libtest_compile_error.so",
+                          std::filesystem::copy_options::overwrite_existing);
+    std::string path = dir.string() + (with_cpu ? ":" + plugin_dir().string() : "");
+    TessEnvOptions options{};
+    options.struct_size = sizeof(options);
+    options.log_level = TESS_LOG_ERROR;
+    options.plugin_path = path.c_str();
+    options.no_default_plugin_dirs = 1;
+    options.plugin_probe = TESS_PLUGIN_PROBE_OFF;
+    TessEnv* env = nullptr;
+    StatusPtr status(tess_env_create(&options, &env));
+    EXPECT_EQ(status, nullptr) << tess_status_message(status.get());
+    return EnvPtr(env);
+}
+
+StatusPtr create_with(TessEnv* env, const ModelBuilder& b, std::vector<const char*> providers, bool strict,
+                      SessionPtr* out) {
+    auto bytes = b.bytes();
+    TessSessionOptions* raw = nullptr;
+    StatusPtr made(tess_session_options_create(&raw));
+    EXPECT_EQ(made, nullptr);
+    OptionsPtr options(raw);
+    StatusPtr set(tess_session_options_set_providers(raw, providers.data(), providers.size()));
+    EXPECT_EQ(set, nullptr);
+    StatusPtr strict_set(tess_session_options_set_strict(raw, strict ? 1 : 0));
+    EXPECT_EQ(strict_set, nullptr);
+    TessSession* session = nullptr;
+    StatusPtr status(tess_session_create_from_bytes(env, bytes.data(), bytes.size(), nullptr, raw, &session));
+    out->reset(session);
+    return status;
+}
+
+}  // namespace
+
+// A provider that claims nodes and then fails to compile them gives them up: the next provider takes them (the
+// retry ends because each failure takes nodes away from that provider for good).
+TEST(Partition, NodesAProviderFailsToCompileGoToTheNext) {
+    const auto dir = std::filesystem::temp_directory_path() / ("tessera_refusing_" + std::to_string(::getpid()));
+    EnvPtr env = refusing_env(dir / "with_cpu", true);
+    SessionPtr session;
+    TESS_ASSERT_OK(create_with(env.get(), diamond(), {"refusing", "cpu"}, false, &session).release());
+    const size_t count = tess_session_partition_count(session.get());
+    ASSERT_GE(count, 1u);
+    for (size_t i = 0; i < count; ++i) {
+        TessPartitionInfo p{};
+        p.struct_size = sizeof(p);
+        TESS_ASSERT_OK(tess_session_partition_info(session.get(), i, &p));
+        EXPECT_STREQ(p.provider, "cpu");
+    }
+    auto x = make_float_tensor({4}, {-2.0f, -0.5f, 0.5f, 2.0f});
+    const char* in = "x";
+    const TessValue* inputs[] = {x.get()};
+    TessValue* out = nullptr;
+    TESS_ASSERT_OK(tess_session_run(session.get(), &in, inputs, 1, nullptr, 1, &out));
+    ValuePtr y(out);
+    EXPECT_NEAR(floats_of(y.get())[3], 1.0f / (1.0f + std::exp(-2.0f)) + 2.0f, 1e-6f);
+
+    // Strict: the compile failure is the error, with the provider's own code and message.
+    SessionPtr strict_session;
+    StatusPtr strict = create_with(env.get(), diamond(), {"refusing", "cpu"}, true, &strict_session);
+    ASSERT_NE(strict, nullptr);
+    EXPECT_EQ(tess_status_code(strict.get()), TESS_STATUS_RUNTIME_ERROR);
+    EXPECT_NE(std::string(tess_status_message(strict.get())).find("out of licences"), std::string::npos);
+    std::filesystem::remove_all(dir);
+}
+
+// With nobody left to take them, the nodes are reported with the compile error that lost them.
+TEST(Partition, NodesNoProviderCanCompileAreExplained) {
+    const auto dir = std::filesystem::temp_directory_path() / ("tessera_refusing_alone_" + std::to_string(::getpid()));
+    EnvPtr env = refusing_env(dir, false);
+    SessionPtr session;
+    StatusPtr status = create_with(env.get(), diamond(), {"refusing"}, false, &session);
+    ASSERT_NE(status, nullptr);
+    EXPECT_EQ(tess_status_code(status.get()), TESS_STATUS_NOT_IMPLEMENTED);
+    const std::string message = tess_status_message(status.get());
+    EXPECT_NE(message.find("refusing: failed to compile it: "), std::string::npos) << message;
+    EXPECT_NE(message.find("out of licences"), std::string::npos) << message;
+    std::filesystem::remove_all(dir);
 }

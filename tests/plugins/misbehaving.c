@@ -34,13 +34,22 @@ static TessStatus* capability(TessProviderInstance* i, const TessGraphView* g, T
     (void)i; (void)g; (void)c;
 #if defined(MISBEHAVE_CAPABILITY_ERROR)
     return g_host->status_create(TESS_STATUS_RUNTIME_ERROR, "flaky: the device stopped answering");
+#elif defined(MISBEHAVE_COMPILE_ERROR)
+    size_t n;
+    for (n = 0; n < g->node_count; ++n) g_host->capability_claim(c, g->nodes[n]->index);
+    return NULL;
 #else
     return NULL;
 #endif
 }
 static TessStatus* compile(TessProviderInstance* i, const TessGraphView* g, TessCompiled** o) {
     (void)i; (void)g; (void)o;
+#if defined(MISBEHAVE_COMPILE_ERROR)
+    /* Claims every node, then compiles none: the session must give the nodes to the next provider. */
+    return g_host->status_create(TESS_STATUS_RUNTIME_ERROR, "refusing: the compiler is out of licences");
+#else
     return g_host->status_create(TESS_STATUS_INTERNAL, "never called: nothing is claimed");
+#endif
 }
 static TessStatus* compute(TessCompiled* c, TessComputeContext* x) {
     (void)c; (void)x;
@@ -85,6 +94,9 @@ TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host, TessPluginExp
 #if defined(MISBEHAVE_CAPABILITY_ERROR)
     g_api.name = "flaky";
     exports->name = "test-flaky";
+#elif defined(MISBEHAVE_COMPILE_ERROR)
+    g_api.name = "refusing";
+    exports->name = "test-refusing";
 #else
     g_api.name = "misbehaving";
     exports->name = "test-misbehaving";
