@@ -51,6 +51,7 @@ static TessStatus* compile(TessProviderInstance* i, const TessGraphView* g, Tess
     return g_host->status_create(TESS_STATUS_INTERNAL, "never called: nothing is claimed");
 #endif
 }
+static void release_compiled(TessCompiled* c) { (void)c; }
 static TessStatus* compute(TessCompiled* c, TessComputeContext* x) {
     (void)c; (void)x;
     return g_host->status_create(TESS_STATUS_INTERNAL, "never called: nothing is claimed");
@@ -105,6 +106,7 @@ TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host, TessPluginExp
     g_api.release_instance = release_instance;
     g_api.get_capability = capability;
     g_api.compile = compile;
+    g_api.release_compiled = release_compiled;
     g_api.compute = compute;
     g_api.memory_kind = memory_kind;
     g_api.allocate = allocate;

@@ -9,6 +9,7 @@ static TessStatus* never(void) { return g_host->status_create(TESS_STATUS_INTERN
 static TessStatus* create(void* d, const TessProviderOptions* o, TessProviderInstance** out) { (void)d; (void)o; (void)out; return never(); }
 static TessStatus* cap(TessProviderInstance* i, const TessGraphView* g, TessCapabilityContext* c) { (void)i; (void)g; (void)c; return never(); }
 static TessStatus* comp(TessProviderInstance* i, const TessGraphView* g, TessCompiled** o) { (void)i; (void)g; (void)o; return never(); }
+static void drop(TessCompiled* c) { (void)c; }
 static TessStatus* run(TessCompiled* c, TessComputeContext* x) { (void)c; (void)x; return never(); }
 static TessStatus* alloc(TessProviderInstance* i, size_t b, size_t a, void** o) { (void)i; (void)b; (void)a; (void)o; return never(); }
 static void release(TessProviderInstance* i, void* p) { (void)i; (void)p; }
@@ -21,6 +22,7 @@ TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host, TessPluginExp
     g_api.create_instance = create;
     g_api.get_capability = cap;
     g_api.compile = comp;
+    g_api.release_compiled = drop;
     g_api.compute = run;
     g_api.allocate = alloc;
     g_api.free = release;

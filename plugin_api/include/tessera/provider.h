@@ -12,8 +12,21 @@
  * A plugin never links libtessera: everything it needs from the core comes through TessHostApi, so a provider can be
  * built against these headers alone.
  *
+ * Failures: every function a plugin gives the core returns normally (no C++ exception or longjmp leaves it) and
+ * reports a failure as a TessStatus* made with TessHostApi.status_create (common.h: NULL is success; whoever receives
+ * a non-NULL status owns it).
+ *
+ * Versions: every struct, field and function in this header exists since ABI 1 (API 0.1).  A field marked "appended"
+ * was added at the end of its struct within ABI 1, so a table written by an earlier ABI-1 build may end before it:
+ * its reader tests TESS_HAS_FIELD first (common.h).
+ *
  * Lifetimes:  plugin  ⊃  provider instance (one per session)  ⊃  compiled partition  ⊃  one compute call.
- * The graph views handed to a provider live only for the call that receives them; copy what you keep.
+ * The graph views handed to a provider live only for the call that receives them; copy what you keep (the one
+ * exception: TessValueView.constant in a compile view).  Who owns each pointer, and until when, is written next to it.
+ *
+ * Threads: an environment may create sessions from several threads at once, and several environments may load the
+ * same plugin, so the functions of different instances run concurrently; each function below says what the core
+ * serializes and what may run at once.
  */
 #ifndef TESSERA_PROVIDER_H_
 #define TESSERA_PROVIDER_H_
@@ -24,7 +37,9 @@
 extern "C" {
 #endif
 
-/* ABI versions.  A version is bumped when a struct grows in a way a reader must know about. */
+/* ABI versions.  A version is bumped when a reader must know about a change (a field it must read, a changed
+ * meaning); a field appended that a reader may ignore does not bump it (TESS_HAS_FIELD).  The core offers its range in
+ * TessHostApi.abi_version_min/max, the plugin answers with TessPluginExports.abi_version. */
 #define TESS_PLUGIN_ABI_VERSION_MIN 1
 #define TESS_PLUGIN_ABI_VERSION_MAX 1
 #define TESS_PLUGIN_ENTRY_NAME "tess_plugin_entry"
@@ -44,8 +59,11 @@ extern "C" {
 #define TESS_FUSED_OPS_DOMAIN "ai.tessera"
 
 /* ---- Read-only graph views ---------------------------------------------------------------------------------
- * Built by the core for a capability query or a compile call; valid only during that call.  Arrays are arrays of
- * pointers so that each struct can grow without changing the stride. */
+ * Built and owned by the core for a capability query, a compile call or a custom-op callback; valid only during that
+ * call (every string, array and value they point to included; TessValueView.constant says its exception).  Arrays
+ * are arrays of pointers so that each struct can grow without changing the stride.  Enumerations in a view (kind,
+ * element_type, TessAttributeView.type) may hold values newer than these headers: treat a value you do not know as
+ * unsupported (decline the node).  Since ABI 1. */
 
 typedef struct TessGraphView TessGraphView;
 
@@ -57,9 +75,10 @@ typedef struct TessValueView {
     int32_t element_type; /* TessElementType (of the tensors inside, for sequences and optionals) */
     int64_t rank;         /* -1 when unknown */
     const int64_t* dims;  /* rank entries; -1 for a dimension not known before running */
-    /* Non-NULL for an initializer or a folded constant, in host memory.  In a view passed to compile it stays
-     * valid, unchanged, until the compiled object is released, so a provider may read weights in place instead of
-     * copying them; in any other view it is valid for the call only. */
+    /* Non-NULL for an initializer or a folded constant, in host memory, owned by the core.  In a view passed to
+     * compile it stays valid, unchanged, until the compiled object is released (or until the provider gives up its
+     * read with TessHostApi.compile_release_constant), so a provider may read weights in place instead of copying
+     * them; in any other view it is valid for the call only. */
     const TessValue* constant;
 } TessValueView;
 
@@ -116,7 +135,7 @@ typedef struct TessNodeView {
     const TessAttributeView* const* attributes;
     /* Values of the enclosing graph that this node's subgraphs (If, Loop, Scan bodies) read by name.  The provider
      * receives them like inputs: a compiled graph's inputs include them, and a subgraph view lists them neither as
-     * inputs nor as constants. */
+     * inputs nor as constants.  Appended (TESS_HAS_FIELD(node, TessNodeView, implicit_inputs)). */
     size_t implicit_input_count;
     const TessValueView* const* implicit_inputs;
 } TessNodeView;
@@ -144,21 +163,30 @@ typedef struct TessComputeContext TessComputeContext;
 typedef struct TessShapeContext TessShapeContext;   /* custom_op.h */
 struct TessCustomOpApi;                              /* custom_op.h */
 
+/* The core's table, passed to the entry function: owned by the core, unchanged and valid as long as the plugin is
+ * loaded.  A function that takes a context may be called only during the call that received that context; the
+ * others may be called from any thread unless their comment says otherwise.  Since ABI 1. */
 typedef struct TessHostApi {
-    size_t struct_size;
-    uint32_t abi_version_min; /* the range the core speaks */
+    size_t struct_size;       /* the size of the core's table; test TESS_HAS_FIELD before using an appended field */
+    uint32_t abi_version_min; /* the range the core speaks; the plugin picks TessPluginExports.abi_version in it */
     uint32_t abi_version_max;
 
-    /* Status objects (what every plugin function returns on error). */
+    /* Status objects (what every plugin function returns on error).  Thread-safe.  status_create copies `message`
+     * and returns a status its caller owns.  Every non-NULL status a plugin returns to the core must come from
+     * status_create: any other pointer is reported as a plugin fault and leaked, never freed.  A status the plugin
+     * receives (from a host function, or from a custom-op callback a host provider calls) is the plugin's: return it
+     * or release it with status_release.  status_message's string is owned by the status, valid until its release. */
     TessStatus* (*status_create)(int32_t code, const char* message);
     int32_t (*status_code)(const TessStatus* status);
     const char* (*status_message)(const TessStatus* status);
     void (*status_release)(TessStatus* status);
 
-    /* Logging through the environment's logger.  Thread-safe. */
+    /* Logging through the environment's logger.  Thread-safe; the strings are used during the call only. */
     void (*log)(int32_t level, const char* source, const char* message);
 
-    /* Values: the same semantics as the consumer functions of the same names in tessera.h. */
+    /* Values: the same semantics as the consumer functions of the same names in tessera.h (what a returned pointer
+     * belongs to and how long it lives, which threads may use a value).  A value the core hands the plugin (compute
+     * inputs, constants, attribute tensors) is the core's: read it, never release it. */
     int32_t (*value_kind)(const TessValue* value);
     int32_t (*value_element_type)(const TessValue* value);
     size_t (*tensor_rank)(const TessValue* value);
@@ -182,13 +210,19 @@ typedef struct TessHostApi {
     void (*value_release)(TessValue* value);
 
     /* Capability query: claim a node of the view (by TessNodeView.index), or decline it with a reason that the
-     * core shows when nobody runs the node.  Nodes neither claimed nor declined count as declined silently. */
+     * core shows when nobody runs the node.  Nodes neither claimed nor declined count as declined, with the reason
+     * "not supported".  Only during the get_capability call that received `context`; `reason` is copied; a claim of
+     * a node the view does not offer is ignored. */
     void (*capability_claim)(TessCapabilityContext* context, size_t node_index);
     void (*capability_decline)(TessCapabilityContext* context, size_t node_index, const char* reason);
 
     /* Compute: inputs in the order of the compiled graph's inputs (NULL for an absent optional value), outputs in
-     * the order of its outputs.  allocate_output returns a tensor in the provider's own memory (allocated with its
-     * allocator), owned by the core.  set_output hands over a complete value the provider built (any kind). */
+     * the order of its outputs.  Only during the compute call that received `context`.  Inputs are owned by the core
+     * and valid for that call only; tensors arrive in this provider's memory kind (the core copied those produced
+     * elsewhere), string tensors, sequences and optionals in host memory.  allocate_output returns a tensor in the
+     * provider's own memory (allocated with its allocator), owned by the core from the start: write it during the
+     * call, do not keep `*out`.  set_output hands over a complete value the provider built (any kind); ownership
+     * passes to the core, even on error. */
     size_t (*compute_input_count)(const TessComputeContext* context);
     const TessValue* (*compute_input)(const TessComputeContext* context, size_t index);
     size_t (*compute_output_count)(const TessComputeContext* context);
@@ -197,11 +231,12 @@ typedef struct TessHostApi {
     TessStatus* (*compute_set_output)(TessComputeContext* context, size_t index, TessValue* value);
 
     /* A host tensor over memory the value does not own (valid while the caller keeps `data` alive); lets a
-     * provider show its own buffers to custom-op kernels.  Not for strings. */
+     * provider show its own buffers to custom-op kernels.  Not for strings.  The caller owns the view and releases it
+     * with value_release, which leaves `data` alone.  Thread-safe. */
     TessStatus* (*value_create_tensor_view)(int32_t element_type, const int64_t* dims, size_t rank, void* data,
                                             size_t byte_size, TessValue** out);
     /* Custom-op shape inference (custom_op.h): output `index` has this element type and shape (rank -1: unknown,
-     * dims entries -1: unknown). */
+     * dims entries -1: unknown).  Only during the infer_shapes call that received `context`; `dims` is copied. */
     void (*shape_set_output)(TessShapeContext* context, size_t index, int32_t element_type, const int64_t* dims,
                              int64_t rank);
 
@@ -234,15 +269,18 @@ typedef struct TessHostApi {
 typedef struct TessProviderInstance TessProviderInstance; /* the provider's per-session state */
 typedef struct TessCompiled TessCompiled;                 /* a compiled fused subgraph */
 
-/* Session settings a provider instance receives. */
+/* Session settings a provider instance receives.  Owned by the core, valid only during create_instance (copy what
+ * you keep), except custom_ops, below.  Since ABI 1. */
 typedef struct TessProviderOptions {
     size_t struct_size;
     int32_t intra_op_threads; /* the session's pool size; the provider must not use more host threads */
     size_t config_count;      /* provider-specific "key" = "value" pairs (reserved, 0 today) */
     const char* const* config_keys;
     const char* const* config_values;
-    /* Custom operators of the loaded custom-op libraries (custom_op.h), valid for the instance's lifetime.  A host
-     * provider may claim the nodes they match and run them; others ignore them. */
+    /* Custom operators of the loaded custom-op libraries (custom_op.h).  A host provider may claim the nodes they
+     * match and run them; others ignore them.  The array and the tables it points to are owned by the core's session
+     * and stay valid until the session is released (its compiled objects are released first), not for the instance's
+     * whole life: an instance can outlive its session (see free).  Appended (TESS_HAS_FIELD). */
     size_t custom_op_count;
     const struct TessCustomOpApi* const* custom_ops;
     /* Appended in ABI 1 (check TESS_HAS_FIELD).  The session's memory limit in bytes (0: none): a provider keeps
@@ -251,70 +289,103 @@ typedef struct TessProviderOptions {
     uint64_t memory_limit_bytes;
 } TessProviderOptions;
 
+/* The plugin's table (TessPluginExports.providers): static, or owned by the plugin until unload, with every string
+ * it points to.  Required: name, create_instance, get_capability, compile, release_compiled, compute, allocate and
+ * free; the other functions may be NULL.  Since ABI 1. */
 typedef struct TessProviderApi {
-    size_t struct_size;
-    const char* name;          /* "cpu", "cuda", ...; unique among loaded providers */
-    void* provider_data;       /* passed back as the first argument of the functions below */
+    size_t struct_size;        /* sizeof(TessProviderApi) of the headers the plugin was built with: the core reads
+                                  only the fields it covers, and skips a table too short to hold copy_from_host */
+    const char* name;          /* "cpu", "cuda", ...; unique among loaded providers (a plugin that offers a loaded
+                                  name is skipped) */
+    void* provider_data;       /* the plugin's; passed back as the first argument of the functions below */
 
     /* NULL when the provider can run on this machine; otherwise a status (UNAVAILABLE) with the exact reason,
-     * shown in the plugin report.  Called once after the entry function. */
+     * shown in the plugin report.  Called once after each entry call, on the thread that loads the plugin.
+     * Optional (NULL: available). */
     TessStatus* (*check_available)(void* provider_data);
 
-    /* One instance per session.  Thread safety: the core calls the instance's functions from many threads, so
-     * get_capability/compile are serialized by the core but compute may run concurrently on one compiled object. */
+    /* One instance per session that uses the provider, created with the session; sessions created on different
+     * threads create their instances concurrently.  `options` as TessProviderOptions says; `*out` is the
+     * provider's until release_instance.  Thread safety: for one instance the core serializes get_capability and
+     * compile (a session is created on one thread); different instances may be in them at once, and compute may
+     * run concurrently on one compiled object. */
     TessStatus* (*create_instance)(void* provider_data, const TessProviderOptions* options,
                                    TessProviderInstance** out);
+    /* Called once, after every compiled object of the instance is released and after the last free of memory it
+     * allocated: possibly after its session is released, on the thread that lets go of the last of them.  Optional. */
     void (*release_instance)(TessProviderInstance* instance);
 
     /* Claims nodes of `graph` (the still-unassigned part of the session's graph) through the host's capability
-     * functions.  Must not keep pointers into `graph`. */
+     * functions.  May be called several times per session (partitioning, a retry after a failed compile, the
+     * optimizer's questions, constant folding).  `graph` and `context` are valid during the call only: must not
+     * keep pointers into `graph`.  A non-NULL status claims nothing (while partitioning, it skips the provider for
+     * the session, or fails the session in strict mode). */
     TessStatus* (*get_capability)(TessProviderInstance* instance, const TessGraphView* graph,
                                   TessCapabilityContext* context);
 
-    /* Compiles one fused subgraph, once per session.  Constants in the view are what the provider may prepack. */
+    /* Compiles one fused subgraph.  Each partition the session runs is compiled once per session; the core may also
+     * compile a view it then releases at once (a retry after another partition's compile failed, a node folded into
+     * a constant while the session is created).  `graph` is valid during the call only, except its constants
+     * (TessValueView.constant), which are what the provider may prepack (TessHostApi.compile_release_constant).
+     * `*out` is the provider's until release_compiled.  A failure hands the partition's nodes to the next provider,
+     * or fails the session in strict mode. */
     TessStatus* (*compile)(TessProviderInstance* instance, const TessGraphView* graph, TessCompiled** out);
+    /* Called once per compiled object, before release_instance: when the session is released (on the thread that
+     * releases it), or earlier for a compiled object the core drops. */
     void (*release_compiled)(TessCompiled* compiled);
 
-    /* Runs a compiled subgraph.  Called concurrently from several threads for one compiled object; each call has
-     * its own context.  Outputs must be complete (or the work ordered on the provider's stream so that a later
-     * copy_to_host or compute sees it) when it returns. */
+    /* Runs a compiled subgraph.  Called concurrently from several threads for one compiled object (tess_session_run
+     * is thread-safe): treat `compiled` as read-only and keep per-call state on the stack.  Each call has its own
+     * context, valid during the call only (TessHostApi's compute functions).  Outputs must be complete (or the work
+     * ordered on the provider's stream so that a later copy_to_host or compute sees it) when it returns. */
     TessStatus* (*compute)(TessCompiled* compiled, TessComputeContext* context);
 
-    /* The memory this provider's allocations live in.  Owned by the provider. */
+    /* The memory this provider's allocations live in.  Owned by the provider, valid until release_instance (tensors
+     * the instance allocated point to it).  Called once, when the instance is created.  Optional (NULL: host
+     * memory). */
     const TessMemoryKind* (*memory_kind)(TessProviderInstance* instance);
-    /* The provider's allocator.  alignment is a power of two >= 64 for tensors.  Thread-safe. */
+    /* The provider's allocator.  alignment is a power of two >= 64 for tensors.  Thread-safe (concurrent runs).  The
+     * memory is the core's until it passes it back to free. */
     TessStatus* (*allocate)(TessProviderInstance* instance, size_t bytes, size_t alignment, void** out);
+    /* Thread-safe.  May be called after the session is released (a caller may keep outputs): every allocation keeps
+     * its instance alive, and release_instance comes after the last free. */
     void (*free)(TessProviderInstance* instance, void* pointer);
-    /* Data transfer between the provider's memory and host memory; both block until the copy is done.  May be NULL
-     * when memory_kind is host memory. */
+    /* Data transfer between the provider's memory and host memory; both block until the copy is done.  Thread-safe
+     * (concurrent runs).  May be NULL when memory_kind is host memory. */
     TessStatus* (*copy_to_host)(TessProviderInstance* instance, void* host_dst, const void* src, size_t bytes);
     TessStatus* (*copy_from_host)(TessProviderInstance* instance, void* dst, const void* host_src, size_t bytes);
 
     /* Non-zero for a general-purpose host provider meant to run whatever nothing else claims: it goes last in the
-     * default priority order. */
+     * default priority order.  Read only when struct_size covers it. */
     int32_t is_fallback;
 } TessProviderApi;
 
 /* ---- The entry point ------------------------------------------------------------------------------------------ */
 
+/* The core's table, zeroed and passed to the entry function: the plugin fills it during that call and keeps no
+ * pointer to it.  What the plugin writes into it must stay valid until the library is unloaded.  Since ABI 1. */
 typedef struct TessPluginExports {
     size_t struct_size;   /* set by the core to the size it allocated; the plugin writes only fields that fit */
-    uint32_t abi_version; /* chosen by the plugin inside both ranges */
+    uint32_t abi_version; /* chosen by the plugin inside both ranges; outside the core's, the plugin is skipped */
     const char* name;     /* static */
     const char* version;  /* static */
     size_t provider_count;
     const TessProviderApi* const* providers; /* static, or owned by the plugin until unload */
     /* Called once the environment that loaded the plugin, and every session, value and provider instance that came
      * from it, have let go; the library is unloaded afterwards (may be NULL).  Each environment that loads the same
-     * file makes its own entry call and, later, its own shutdown call: a plugin with global state counts them. */
+     * file makes its own entry call and, later, its own shutdown call: a plugin with global state counts them.
+     * Appended: written only when struct_size covers it. */
     void (*shutdown)(void);
-    /* Custom operators this library adds (custom_op.h); static, or owned by the plugin until unload. */
+    /* Custom operators this library adds (custom_op.h); static, or owned by the plugin until unload.  Appended:
+     * written only when struct_size covers it (a plugin whose operators do not fit refuses with ABI_MISMATCH). */
     size_t custom_op_count;
     const struct TessCustomOpApi* const* custom_ops;
 } TessPluginExports;
 
-/* Entry function.  `host` lives as long as the plugin is loaded.  Return NULL after filling `exports`, or a status
- * made with host->status_create (ABI_MISMATCH when host->abi_version_min..max misses the plugin's own range). */
+/* Entry function.  `host` lives as long as the plugin is loaded; `exports` only during the call.  Called once per
+ * environment that loads the plugin, never twice at once in a process (see the top of this file).  Return NULL after
+ * filling `exports`, or a status made with host->status_create (ABI_MISMATCH when host->abi_version_min..max misses
+ * the plugin's own range); the plugin report shows its message.  Since ABI 1. */
 typedef TessStatus* (*TessPluginEntryFn)(const TessHostApi* host, TessPluginExports* exports);
 
 #ifdef __cplusplus
