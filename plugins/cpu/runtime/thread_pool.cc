@@ -1,12 +1,16 @@
 #include "runtime/thread_pool.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
 #include <system_error>
+
+#include "util/cpu_isa.h"
+
+#if TESSERA_CPU_X86
+#include <immintrin.h>
+#endif
 
 namespace tessera::cpu {
 
@@ -17,7 +21,11 @@ namespace {
 // is in progress.
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(200);
 
+#if TESSERA_CPU_X86
 inline void cpu_relax() { _mm_pause(); }
+#else
+inline void cpu_relax() {}  // no portable spin-wait hint; the polling is bounded by kSpinBeforeSleep
+#endif
 
 }  // namespace
 

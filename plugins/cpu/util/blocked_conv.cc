@@ -1,6 +1,10 @@
 #include "util/blocked_conv.h"
 
+#include "util/cpu_isa.h"
+
+#if TESSERA_CPU_X86
 #include <immintrin.h>
+#endif
 
 // GCC 12 reports the _mm512_undefined_ps() inside the min/max intrinsics as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -18,6 +22,61 @@
 
 namespace tessera::cpu {
 
+bool blocked_layout_enabled() {
+    const char* env = std::getenv("TESSERA_CPU_BLOCKED_LAYOUT");
+    return lane_gemm_supported() && (env == nullptr || env[0] != '0');
+}
+
+namespace {
+
+// Moves each block of 16 channels between [16][positions] (NCHW) and [positions][16] (blocked).
+void reorder_blocks(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst,
+                    bool to_blocked_layout) {
+    const int64_t channel_step = to_blocked_layout ? positions : 1, position_step = to_blocked_layout ? 1 : kChannelBlock;
+    pool.parallel_for(N * (C / kChannelBlock), 1, [&](int64_t first, int64_t last) {
+        for (int64_t b = first; b < last; ++b) {
+            const float* in = src + b * kChannelBlock * positions;
+            float* out = dst + b * kChannelBlock * positions;
+            // out in order: blocked destinations position-major, NCHW ones channel-major.
+            for (int64_t i = 0; i < kChannelBlock * positions; ++i) {
+                const int64_t p = to_blocked_layout ? i / kChannelBlock : i % positions;
+                const int64_t c = to_blocked_layout ? i % kChannelBlock : i / positions;
+                out[i] = in[c * channel_step + p * position_step];
+            }
+        }
+    });
+}
+
+}  // namespace
+
+bool blocked_input_declared(const NodeInfo& info) {
+    const std::optional<Shape> x = info.input_shape(0);
+    return blocked_layout_enabled() && x && x->size() == 4 && (*x)[1] > 0 && (*x)[1] % kChannelBlock == 0;
+}
+
+void to_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst) {
+    reorder_blocks(pool, src, N, C, positions, dst, true);
+}
+
+void from_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst) {
+    reorder_blocks(pool, src, N, C, positions, dst, false);
+}
+
+int64_t blocked_panel_width(int64_t filters) {
+    for (int64_t width : {int64_t(64), int64_t(48), int64_t(32)})
+        if (filters % width == 0) return width;
+    return filters >= 128 ? 64 : kChannelBlock;
+}
+
+std::vector<float> pack_blocked_depthwise(const float* w, int64_t C, int64_t taps) {
+    std::vector<float> packed(C * taps);
+    for (int64_t c = 0; c < C; ++c)
+        for (int64_t t = 0; t < taps; ++t)
+            packed[((c / kChannelBlock) * taps + t) * kChannelBlock + c % kChannelBlock] = w[c * taps + t];
+    return packed;
+}
+
+#if TESSERA_CPU_X86  // the AVX-512 kernels and the entry points that run them
 namespace {
 
 // Output positions per chunk: the NCHW output's transposes take the chunk's results together.
@@ -186,52 +245,6 @@ void pad_image(ThreadPool& pool, const Geometry& q, const float* src, bool block
 
 }  // namespace
 
-bool blocked_layout_enabled() {
-    const char* env = std::getenv("TESSERA_CPU_BLOCKED_LAYOUT");
-    return lane_gemm_supported() && (env == nullptr || env[0] != '0');
-}
-
-namespace {
-
-// Moves each block of 16 channels between [16][positions] (NCHW) and [positions][16] (blocked).
-void reorder_blocks(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst,
-                    bool to_blocked_layout) {
-    const int64_t channel_step = to_blocked_layout ? positions : 1, position_step = to_blocked_layout ? 1 : kChannelBlock;
-    pool.parallel_for(N * (C / kChannelBlock), 1, [&](int64_t first, int64_t last) {
-        for (int64_t b = first; b < last; ++b) {
-            const float* in = src + b * kChannelBlock * positions;
-            float* out = dst + b * kChannelBlock * positions;
-            // out in order: blocked destinations position-major, NCHW ones channel-major.
-            for (int64_t i = 0; i < kChannelBlock * positions; ++i) {
-                const int64_t p = to_blocked_layout ? i / kChannelBlock : i % positions;
-                const int64_t c = to_blocked_layout ? i % kChannelBlock : i / positions;
-                out[i] = in[c * channel_step + p * position_step];
-            }
-        }
-    });
-}
-
-}  // namespace
-
-bool blocked_input_declared(const NodeInfo& info) {
-    const std::optional<Shape> x = info.input_shape(0);
-    return blocked_layout_enabled() && x && x->size() == 4 && (*x)[1] > 0 && (*x)[1] % kChannelBlock == 0;
-}
-
-void to_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst) {
-    reorder_blocks(pool, src, N, C, positions, dst, true);
-}
-
-void from_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst) {
-    reorder_blocks(pool, src, N, C, positions, dst, false);
-}
-
-int64_t blocked_panel_width(int64_t filters) {
-    for (int64_t width : {int64_t(64), int64_t(48), int64_t(32)})
-        if (filters % width == 0) return width;
-    return filters >= 128 ? 64 : kChannelBlock;
-}
-
 void blocked_conv2d(ThreadPool& pool, const WindowGeometry& g, const LanePackedFilters& filters,
                     BlockedConvLayout layout, const float* x, int64_t N, int64_t C, const float* bias,
                     const ConvEpilogue* epilogue, const float* z, float* y) {
@@ -362,14 +375,6 @@ void blocked_conv2d(ThreadPool& pool, const WindowGeometry& g, const LanePackedF
             }
         });
     }
-}
-
-std::vector<float> pack_blocked_depthwise(const float* w, int64_t C, int64_t taps) {
-    std::vector<float> packed(C * taps);
-    for (int64_t c = 0; c < C; ++c)
-        for (int64_t t = 0; t < taps; ++t)
-            packed[((c / kChannelBlock) * taps + t) * kChannelBlock + c % kChannelBlock] = w[c * taps + t];
-    return packed;
 }
 
 namespace {
@@ -695,5 +700,28 @@ void blocked_scale_shift(ThreadPool& pool, int64_t N, int64_t C, int64_t positio
                           }
                       });
 }
+#else  // never called: the blocked layout and its kernels need lane_gemm_supported() (blocked_layout_enabled())
+void blocked_conv2d(ThreadPool&, const WindowGeometry&, const LanePackedFilters&, BlockedConvLayout, const float*,
+                    int64_t, int64_t, const float*, const ConvEpilogue*, const float*, float*) {
+    x86_kernel_unavailable(__func__);
+}
+void blocked_depthwise2d(ThreadPool&, const WindowGeometry&, const float*, int64_t, int64_t, const float*,
+                         const float*, const ConvEpilogue*, const float*, float*) {
+    x86_kernel_unavailable(__func__);
+}
+void blocked_conv_window2d(ThreadPool&, const BlockedProducerConv&, const WindowGeometry&, const float*, const float*,
+                           const ConvEpilogue*, int64_t, const float*, float*) {
+    x86_kernel_unavailable(__func__);
+}
+void blocked_max_pool2d(ThreadPool&, const WindowGeometry&, int64_t, int64_t, const float*, float*) {
+    x86_kernel_unavailable(__func__);
+}
+void blocked_plane_reduce(ThreadPool&, int64_t, int64_t, int64_t, const float*, bool, float*) {
+    x86_kernel_unavailable(__func__);
+}
+void blocked_scale_shift(ThreadPool&, int64_t, int64_t, int64_t, const float*, const float*, const float*, float*) {
+    x86_kernel_unavailable(__func__);
+}
+#endif  // TESSERA_CPU_X86
 
 }  // namespace tessera::cpu

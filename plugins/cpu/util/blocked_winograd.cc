@@ -3,7 +3,11 @@
 // and the 16 channel sums are matrix products with the tiles as rows (util/lane_gemm.h's lane_matmul): transformed
 // inputs [tiles, C] x transformed filters [C, K] = products [tiles, K], whose 16-filter vectors the output transform
 // reads directly.  Tiles go in blocks whose buffers stay in L2, each block on one thread.
+#include "util/cpu_isa.h"
+
+#if TESSERA_CPU_X86
 #include <immintrin.h>
+#endif
 
 // GCC 12 reports the _mm512_undefined_ps() inside the min/max intrinsics as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -17,6 +21,13 @@
 
 namespace tessera::cpu {
 
+bool blocked_winograd_applies(const WindowGeometry& g, int64_t channels, int64_t filters) {
+    return g.rank() == 2 && g.kernel[0] == 3 && g.kernel[1] == 3 && g.strides[0] == 1 && g.strides[1] == 1 &&
+           g.dilations[0] == 1 && g.dilations[1] == 1 && g.pads_begin[0] <= 2 && g.pads_begin[1] <= 2 &&
+           channels % kChannelBlock == 0 && filters % kChannelBlock == 0 && lane_gemm_supported();
+}
+
+#if TESSERA_CPU_X86  // the AVX-512 transforms and the entry point that runs them
 namespace {
 
 // The transformed inputs, their packed copy and the products of one tile block together stay within about this many
@@ -99,12 +110,6 @@ __attribute__((target("avx512f"))) void transform_outputs(const TileGeometry& q,
 
 }  // namespace
 
-bool blocked_winograd_applies(const WindowGeometry& g, int64_t channels, int64_t filters) {
-    return g.rank() == 2 && g.kernel[0] == 3 && g.kernel[1] == 3 && g.strides[0] == 1 && g.strides[1] == 1 &&
-           g.dilations[0] == 1 && g.dilations[1] == 1 && g.pads_begin[0] <= 2 && g.pads_begin[1] <= 2 &&
-           channels % kChannelBlock == 0 && filters % kChannelBlock == 0 && lane_gemm_supported();
-}
-
 void blocked_winograd_conv2d(ThreadPool& pool, const WindowGeometry& g, const WinogradFilters& filters, int64_t N,
                              const float* x, const float* bias, const ConvEpilogue* epilogue, const float* z,
                              float* y) {
@@ -140,5 +145,11 @@ void blocked_winograd_conv2d(ThreadPool& pool, const WindowGeometry& g, const Wi
         });
     }
 }
+#else  // never called: reached only where blocked_winograd_applies(), which needs lane_gemm_supported()
+void blocked_winograd_conv2d(ThreadPool&, const WindowGeometry&, const WinogradFilters&, int64_t, const float*,
+                             const float*, const ConvEpilogue*, const float*, float*) {
+    x86_kernel_unavailable(__func__);
+}
+#endif  // TESSERA_CPU_X86
 
 }  // namespace tessera::cpu

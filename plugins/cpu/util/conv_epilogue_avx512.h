@@ -2,12 +2,16 @@
 // results still in registers.  Include only from code compiled for, or dispatched to, AVX-512F.
 #pragma once
 
-#include <immintrin.h>
-
 #include "util/conv_epilogue.h"
+#include "util/cpu_isa.h"
+
+#if TESSERA_CPU_X86
+#include <immintrin.h>
+#endif
 
 namespace tessera::cpu {
 
+#if TESSERA_CPU_X86  // vector_activation below is portable: generic code asks it too
 // The activation of 16 lanes; the transcendental ones (Sigmoid, Tanh, Silu) pass through unchanged: callers apply
 // those with ConvEpilogue::apply afterwards (see vector_activation).
 __attribute__((target("avx512f"))) inline __m512 activate(__m512 v, const ConvEpilogue& e) {
@@ -27,6 +31,7 @@ __attribute__((target("avx512f"))) inline __m512 activate(__m512 v, const ConvEp
         default: return v;  // transcendental activations: applied afterwards by the scalar epilogue
     }
 }
+#endif  // TESSERA_CPU_X86
 
 inline bool vector_activation(const ConvEpilogue& e) {
     using A = ConvEpilogue::Activation;

@@ -1,9 +1,10 @@
 #include "util/cpu_isa.h"
 
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
-#if defined(__x86_64__) || defined(__i386__)
+#if TESSERA_CPU_X86
 #include <cpuid.h>
 #endif
 
@@ -13,7 +14,7 @@ namespace {
 
 CpuFeatures detect() {
     CpuFeatures f;
-#if defined(__x86_64__) || defined(__i386__)
+#if TESSERA_CPU_X86
     __builtin_cpu_init();
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -43,5 +44,11 @@ const CpuFeatures& cpu_features() {
     static const CpuFeatures features = detect();
     return features;
 }
+
+#if !TESSERA_CPU_X86
+void x86_kernel_unavailable(const char* entry_point) {
+    throw std::logic_error(std::string(entry_point) + ": an x86 kernel, called in a build for another architecture");
+}
+#endif
 
 }  // namespace tessera::cpu

@@ -8,6 +8,14 @@
 // An unknown value is ignored.  Read on first use; the answer never changes afterwards.
 #pragma once
 
+// 1 where the x86 kernels (AVX2 / AVX-512 intrinsics, target attributes) are compiled at all.  Elsewhere they are
+// absent, cpu_features() reports Generic and only the portable paths run.
+#if defined(__x86_64__) || defined(__i386__)
+#define TESSERA_CPU_X86 1
+#else
+#define TESSERA_CPU_X86 0
+#endif
+
 namespace tessera::cpu {
 
 enum class CpuIsa { Generic = 0, Avx2 = 1, Avx512 = 2 };
@@ -23,5 +31,11 @@ const CpuFeatures& cpu_features();
 
 // Whether kernels written for `level` may run.
 inline bool cpu_allows(CpuIsa level) { return static_cast<int>(cpu_features().level) >= static_cast<int>(level); }
+
+#if !TESSERA_CPU_X86
+// The body of an x86 kernel's entry point on other targets, where the dispatch never calls it (its gate asks
+// cpu_allows(Avx2 or Avx512), which is false there): throws std::logic_error naming it.
+[[noreturn]] void x86_kernel_unavailable(const char* entry_point);
+#endif
 
 }  // namespace tessera::cpu

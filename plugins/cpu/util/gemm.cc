@@ -3,7 +3,9 @@
 #include "util/gemm.h"
 
 #include <cblas.h>
+#if TESSERA_CPU_X86
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <climits>
@@ -224,6 +226,7 @@ constexpr int64_t kDepthBlock = 256;
 // Column blocks per chunk: the C chunk (filter rows x kColumnChunkBlocks * width) stays in L2 across depth blocks.
 constexpr int64_t kColumnChunkBlocks = 16;
 
+#if TESSERA_CPU_X86  // the micro-kernels; elsewhere there are none, and packed_gemm_supported() is false
 // One register tile: rows x cols (<= kRows x 32) of C over `depth` steps; a is a filter panel [depth][kRows].  Row k
 // of B starts at b + row_offsets[k] (kTable) or b + k * ldb.  first_pass: start from the bias (or 0) instead of the
 // current C.  Every loop over the rows is unrolled so that the accumulators live in registers.
@@ -310,6 +313,7 @@ __attribute__((target("avx2,fma"))) void tile_avx2(int64_t depth, const float* a
         }
     }
 }
+#endif  // TESSERA_CPU_X86
 
 using TileFn = void (*)(int64_t, const float*, const float*, int64_t, const int64_t*, float*, int64_t, int64_t, int64_t,
                         const float*, bool);
@@ -323,8 +327,10 @@ struct TileKernel {
 
 // AVX-512: 8 x 32 (16 accumulators; CNN channel counts are multiples of 8).  AVX2: 6 x 16 (12 of 16 registers).
 TileKernel select_tile_kernel() {
+#if TESSERA_CPU_X86
     if (cpu_allows(CpuIsa::Avx512)) return {tile_avx512<8, false>, tile_avx512<8, true>, 8, 32};
     if (cpu_allows(CpuIsa::Avx2)) return {tile_avx2<6, false>, tile_avx2<6, true>, 6, 16};
+#endif
     return {};
 }
 

@@ -14,10 +14,12 @@
 #include "util/cpu_isa.h"
 #include "util/int8_gemm.h"
 
+#if TESSERA_CPU_X86
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -38,6 +40,7 @@ constexpr int64_t kAmxTileRows = 32;  // rows per AMX micro-tile: 2 x 2 tiles of
 
 enum class Isa { Fallback, Vnni, Amx };
 
+#if TESSERA_CPU_X86  // CPUID, the AMX permission and the VNNI / AMX kernels
 // AMX needs the kernel's permission to use the tile state (Linux arch_prctl ARCH_REQ_XCOMP_PERM).
 bool enable_amx() {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -149,6 +152,18 @@ using TileFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int32_t
 constexpr TileFn kVnniTiles[kVnniTileRows + 1] = {nullptr,      vnni_tile<1>, vnni_tile<2>, vnni_tile<3>,
                                                   vnni_tile<4>, vnni_tile<5>, vnni_tile<6>};
 
+// c[j] = products[j] + zb[j] * row_term - za * column_sums[j] (mod 2^32): the zero-point corrections of one tile
+// row.  Only the AMX and VNNI paths call it, so AVX-512 is there (the baseline ISA has no 32-bit multiply).
+[[gnu::target("avx512f")]] void correct_tile_row(const uint32_t* products, const uint32_t* zb, uint32_t row_term,
+                                                 uint32_t za, const uint32_t* column_sums, int32_t* c,
+                                                 int64_t columns) {
+    for (int64_t j = 0; j < columns; ++j)
+        c[j] = static_cast<int32_t>(products[j] + zb[j] * row_term - za * column_sums[j]);
+}
+#else
+Isa isa() { return Isa::Fallback; }  // no VNNI or AMX: every product takes the fallback
+#endif  // TESSERA_CPU_X86
+
 // Sums wrap to 32 bits (the exact integer is representable in int64).
 template <typename F> inline int32_t wrap_int32(F exact_integer) {
     return static_cast<int32_t>(static_cast<uint32_t>(static_cast<int64_t>(exact_integer)));
@@ -245,6 +260,7 @@ Int8PackedB::Int8PackedB(const void* data, bool is_signed, int64_t K, int64_t N,
         }
         return;
     }
+#if TESSERA_CPU_X86  // the VNNI layout
     const int64_t panels = (N + kPanel - 1) / kPanel;
     const int64_t panel_bytes = groups() * 4 * kPanel;
     data_.resize(static_cast<size_t>(panels * panel_bytes));
@@ -294,20 +310,10 @@ Int8PackedB::Int8PackedB(const void* data, bool is_signed, int64_t K, int64_t N,
     } else {
         pack_panels(0, panels);
     }
+#else
+    static_cast<void>(pool);  // only the VNNI packing splits across the pool
+#endif
 }
-
-namespace {
-
-// c[j] = products[j] + zb[j] * row_term - za * column_sums[j] (mod 2^32): the zero-point corrections of one tile
-// row.  Only the AMX and VNNI paths call it, so AVX-512 is there (the baseline ISA has no 32-bit multiply).
-[[gnu::target("avx512f")]] void correct_tile_row(const uint32_t* products, const uint32_t* zb, uint32_t row_term,
-                                                 uint32_t za, const uint32_t* column_sums, int32_t* c,
-                                                 int64_t columns) {
-    for (int64_t j = 0; j < columns; ++j)
-        c[j] = static_cast<int32_t>(products[j] + zb[j] * row_term - za * column_sums[j]);
-}
-
-}  // namespace
 
 void int8_gemm(ThreadPool& pool, int64_t M, const void* A, bool a_signed, int64_t lda, const Int8PackedB& B,
                const int32_t* a_zero, const int32_t* b_zero, int32_t* C, int64_t ldc) {
@@ -321,7 +327,7 @@ void int8_gemm(ThreadPool& pool, int64_t M, const void* A, bool a_signed, int64_
         fallback_gemm(pool, M, A, a_signed, lda, B, a_zero, b_zero, C, ldc);
         return;
     }
-
+#if TESSERA_CPU_X86  // the VNNI and AMX paths
     const bool amx = isa() == Isa::Amx;
     const int64_t tile_rows = amx ? kAmxTileRows : kVnniTileRows;
     const int64_t row_blocks = (M + tile_rows - 1) / tile_rows;
@@ -383,6 +389,9 @@ void int8_gemm(ThreadPool& pool, int64_t M, const void* A, bool a_signed, int64_
             }
             if (amx) amx_end();
         });
+#else
+    static_cast<void>(groups), static_cast<void>(stride);  // used by the VNNI and AMX paths only
+#endif
 }
 
 }  // namespace tessera::cpu

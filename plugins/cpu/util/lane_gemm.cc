@@ -1,7 +1,9 @@
 #include "util/cpu_isa.h"
 #include "util/lane_gemm.h"
 
+#if TESSERA_CPU_X86
 #include <immintrin.h>
+#endif
 
 // GCC 12 reports the _mm512_undefined_ps() inside the unpack and shuffle intrinsics as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -20,6 +22,60 @@
 
 namespace tessera::cpu {
 
+bool lane_gemm_supported() {
+    return cpu_allows(CpuIsa::Avx512);
+}
+
+void LanePackedFilters::Free::operator()(float* p) const { std::free(p); }
+
+LanePackedFilters::LanePackedFilters(const float* A, int64_t rows, int64_t depth, int64_t lda, int64_t width)
+    : rows_(rows), depth_(depth), width_(width > 0 ? width : lane_panel_width_for(rows)) {
+    const size_t count = static_cast<size_t>(std::max<int64_t>(1, panels() * depth * width_));
+    const size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
+    float* data = static_cast<float*>(std::aligned_alloc(64, bytes));
+    if (data == nullptr) throw std::bad_alloc();
+    data_.reset(data);
+    std::fill(data, data + count, 0.0f);
+    for (int64_t m = 0; A != nullptr && m < rows; ++m) {
+        float* dst = data + (m / width_) * depth * width_ + m % width_;
+        const float* src = A + m * lda;
+        for (int64_t k = 0; k < depth; ++k) dst[k * width_] = src[k];
+    }
+}
+
+LanePackedFilters LanePackedFilters::from_depth_major(const float* B, int64_t rows, int64_t depth, int64_t ldb) {
+    LanePackedFilters packed(nullptr, rows, depth, 0);
+    float* data = packed.data_.get();
+    const int64_t width = packed.width_;
+    for (int64_t k = 0; k < depth; ++k) {
+        const float* src = B + k * ldb;
+        for (int64_t p = 0; p < packed.panels(); ++p) {
+            const int64_t m0 = p * width, count = std::min(width, rows - m0);
+            std::copy(src + m0, src + m0 + count, data + (p * depth + k) * width);
+        }
+    }
+    return packed;
+}
+
+void pack_lane_rows(const float* A, int64_t M, int64_t K, int64_t lda, int64_t block, float* dst) {
+    for (int64_t m0 = 0; m0 < M; m0 += block) {
+        float* out = dst + m0 * K;  // block m0 / block starts at (m0 / block) * K * block
+        const int64_t rows = std::min(block, M - m0);
+        for (int64_t r = 0; r < rows; ++r) {
+            const float* src = A + (m0 + r) * lda;
+            for (int64_t k = 0; k < K; ++k) out[k * block + r] = src[k];
+        }
+        for (int64_t r = rows; r < block; ++r)
+            for (int64_t k = 0; k < K; ++k) out[k * block + r] = 0.0f;
+    }
+}
+
+bool lanes_fill(int64_t filters) {
+    const int64_t width = lane_panel_width_for(filters), padded = (filters + width - 1) / width * width;
+    return filters > 0 && padded * 7 <= filters * 8;
+}
+
+#if TESSERA_CPU_X86  // the AVX-512 lane kernels and the entry points that run them
 namespace {
 
 // Positions per call of the tile loop (a multiple of both tile heights): their results are transposed into y
@@ -107,56 +163,8 @@ constexpr int64_t kLaneDepthBlock = 1024;
 
 }  // namespace
 
-bool lane_gemm_supported() {
-    return cpu_allows(CpuIsa::Avx512);
-}
-
-void LanePackedFilters::Free::operator()(float* p) const { std::free(p); }
-
-LanePackedFilters::LanePackedFilters(const float* A, int64_t rows, int64_t depth, int64_t lda, int64_t width)
-    : rows_(rows), depth_(depth), width_(width > 0 ? width : lane_panel_width_for(rows)) {
-    const size_t count = static_cast<size_t>(std::max<int64_t>(1, panels() * depth * width_));
-    const size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
-    float* data = static_cast<float*>(std::aligned_alloc(64, bytes));
-    if (data == nullptr) throw std::bad_alloc();
-    data_.reset(data);
-    std::fill(data, data + count, 0.0f);
-    for (int64_t m = 0; A != nullptr && m < rows; ++m) {
-        float* dst = data + (m / width_) * depth * width_ + m % width_;
-        const float* src = A + m * lda;
-        for (int64_t k = 0; k < depth; ++k) dst[k * width_] = src[k];
-    }
-}
-
-LanePackedFilters LanePackedFilters::from_depth_major(const float* B, int64_t rows, int64_t depth, int64_t ldb) {
-    LanePackedFilters packed(nullptr, rows, depth, 0);
-    float* data = packed.data_.get();
-    const int64_t width = packed.width_;
-    for (int64_t k = 0; k < depth; ++k) {
-        const float* src = B + k * ldb;
-        for (int64_t p = 0; p < packed.panels(); ++p) {
-            const int64_t m0 = p * width, count = std::min(width, rows - m0);
-            std::copy(src + m0, src + m0 + count, data + (p * depth + k) * width);
-        }
-    }
-    return packed;
-}
-
 int64_t lane_row_block(const LanePackedFilters& B) {
     return B.panel_width() == kLanePanelWidth ? int64_t(kStrideTiles64.size()) : int64_t(kStrideTiles32.size());
-}
-
-void pack_lane_rows(const float* A, int64_t M, int64_t K, int64_t lda, int64_t block, float* dst) {
-    for (int64_t m0 = 0; m0 < M; m0 += block) {
-        float* out = dst + m0 * K;  // block m0 / block starts at (m0 / block) * K * block
-        const int64_t rows = std::min(block, M - m0);
-        for (int64_t r = 0; r < rows; ++r) {
-            const float* src = A + (m0 + r) * lda;
-            for (int64_t k = 0; k < K; ++k) out[k * block + r] = src[k];
-        }
-        for (int64_t r = rows; r < block; ++r)
-            for (int64_t k = 0; k < K; ++k) out[k * block + r] = 0.0f;
-    }
 }
 
 void lane_matmul(const LanePackedFilters& B, int64_t panel_begin, int64_t panel_end, const float* packed_a, int64_t M,
@@ -252,11 +260,6 @@ __attribute__((target("avx512f"))) void gather_even_columns(const float* src, in
     for (; j < count; ++j) dst[j] = src[2 * j];
 }
 
-bool lanes_fill(int64_t filters) {
-    const int64_t width = lane_panel_width_for(filters), padded = (filters + width - 1) / width * width;
-    return filters > 0 && padded * 7 <= filters * 8;
-}
-
 void lane_gemm_positions(const LanePackedFilters& A, int64_t panel, const float* x, const int64_t* row_offsets,
                          int64_t count, const float* bias, float* y, int64_t ldy, const ConvEpilogue* epilogue,
                          const float* z) {
@@ -285,5 +288,24 @@ void lane_gemm_positions(const LanePackedFilters& A, int64_t panel, const float*
         }
     }
 }
+#else  // never called: each is reached only where lane_gemm_supported()
+int64_t lane_row_block(const LanePackedFilters&) { x86_kernel_unavailable(__func__); }
+void lane_matmul(const LanePackedFilters&, int64_t, int64_t, const float*, int64_t, float*, int64_t, const float*,
+                 int64_t) {
+    x86_kernel_unavailable(__func__);
+}
+void lane_matmul(ThreadPool&, const float*, int64_t, int64_t, const LanePackedFilters&, float*, int64_t, const float*,
+                 const GemmEpilogue*) {
+    x86_kernel_unavailable(__func__);
+}
+void lane_store_transposed(const float*, int64_t, int64_t, float*, int64_t, const ConvEpilogue*, const float*) {
+    x86_kernel_unavailable(__func__);
+}
+void gather_even_columns(const float*, int64_t, float*) { x86_kernel_unavailable(__func__); }
+void lane_gemm_positions(const LanePackedFilters&, int64_t, const float*, const int64_t*, int64_t, const float*, float*,
+                         int64_t, const ConvEpilogue*, const float*) {
+    x86_kernel_unavailable(__func__);
+}
+#endif  // TESSERA_CPU_X86
 
 }  // namespace tessera::cpu

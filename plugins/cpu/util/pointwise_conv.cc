@@ -1,6 +1,10 @@
 #include "util/pointwise_conv.h"
 
+#include "util/cpu_isa.h"
+
+#if TESSERA_CPU_X86
 #include <immintrin.h>
+#endif
 
 // GCC 12 reports the _mm512_undefined_ps() inside _mm512_max_ps/_mm512_min_ps as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -17,6 +21,29 @@ namespace tessera::cpu {
 namespace {
 
 constexpr int64_t kPanel = 64;  // positions per register tile
+
+}  // namespace
+
+// The same CPUs (and the same TESSERA_CPU_MAX_ISA cap) as the lane kernels.
+bool pointwise_conv_supported() { return lane_gemm_supported(); }
+
+bool pointwise_conv_pays_off(int64_t channels, int64_t positions) {
+    const int64_t covered = (positions + kPanel - 1) / kPanel * kPanel;
+    return channels <= 128 && positions > 0 && covered * 7 <= positions * 8;
+}
+
+PointwiseFilters::PointwiseFilters(const float* w, int64_t filters, int64_t channels)
+    : filters_(filters), channels_(channels) {
+    const int64_t blocks = (filters + kBlock - 1) / kBlock;
+    data_.assign(static_cast<size_t>(std::max<int64_t>(1, blocks * channels * kBlock)), 0.0f);
+    for (int64_t k = 0; k < filters; ++k) {
+        float* dst = data_.data() + (k / kBlock) * channels * kBlock + k % kBlock;
+        for (int64_t c = 0; c < channels; ++c) dst[c * kBlock] = w[k * channels + c];
+    }
+}
+
+#if TESSERA_CPU_X86  // the AVX-512 tiles and the entry point that runs them
+namespace {
 
 // kRows filters x up to 64 positions over all channels.  x: the positions' first channel, rows ldx apart; w: a
 // packed block [channels][kBlock]; y and z: the tile's first filter row, rows ldy apart.  kFull: all 64 positions
@@ -72,24 +99,6 @@ constexpr auto kEdgeTiles = row_tiles<false>(std::make_integer_sequence<int, Poi
 
 }  // namespace
 
-// The same CPUs (and the same TESSERA_CPU_MAX_ISA cap) as the lane kernels.
-bool pointwise_conv_supported() { return lane_gemm_supported(); }
-
-bool pointwise_conv_pays_off(int64_t channels, int64_t positions) {
-    const int64_t covered = (positions + kPanel - 1) / kPanel * kPanel;
-    return channels <= 128 && positions > 0 && covered * 7 <= positions * 8;
-}
-
-PointwiseFilters::PointwiseFilters(const float* w, int64_t filters, int64_t channels)
-    : filters_(filters), channels_(channels) {
-    const int64_t blocks = (filters + kBlock - 1) / kBlock;
-    data_.assign(static_cast<size_t>(std::max<int64_t>(1, blocks * channels * kBlock)), 0.0f);
-    for (int64_t k = 0; k < filters; ++k) {
-        float* dst = data_.data() + (k / kBlock) * channels * kBlock + k % kBlock;
-        for (int64_t c = 0; c < channels; ++c) dst[c * kBlock] = w[k * channels + c];
-    }
-}
-
 void pointwise_conv(ThreadPool& pool, const PointwiseFilters& w, const float* x, int64_t positions, const float* bias,
                     const ConvEpilogue& epilogue, const float* z, float* y) {
     const int64_t K = w.filters(), C = w.channels(), P = positions;
@@ -117,5 +126,11 @@ void pointwise_conv(ThreadPool& pool, const PointwiseFilters& w, const float* x,
         }
     });
 }
+#else  // never called: reached only where pointwise_conv_supported()
+void pointwise_conv(ThreadPool&, const PointwiseFilters&, const float*, int64_t, const float*, const ConvEpilogue&,
+                    const float*, float*) {
+    x86_kernel_unavailable(__func__);
+}
+#endif  // TESSERA_CPU_X86
 
 }  // namespace tessera::cpu

@@ -2,6 +2,9 @@
 // shuffles; 64 shuffles).  Include only from code compiled for, or dispatched to, AVX-512F.
 #pragma once
 
+#include "util/cpu_isa.h"
+
+#if TESSERA_CPU_X86  // AVX-512 code; absent elsewhere
 #include <immintrin.h>
 
 namespace tessera::cpu {
@@ -33,3 +36,4 @@ __attribute__((target("avx512f"), always_inline)) inline void transpose16x16(__m
 }
 
 }  // namespace tessera::cpu
+#endif  // TESSERA_CPU_X86

@@ -20,15 +20,17 @@
 //     struct Sigmoid { [[gnu::always_inline]] vec::Vf operator()(vec::Vf x) const { return vec::sigmoid(x); } };
 //     vec::run_best_isa([&] { vec::map(in, out, n, Sigmoid{}); });
 // run_best_isa inlines its body into an AVX-512 / AVX2 / baseline copy of itself, so everything the body calls
-// must be inline (the functions here are).  x86-64 only.
+// must be inline (the functions here are).  Off x86 (TESSERA_CPU_X86 0) only the baseline copy exists.
 #pragma once
-
-#include <immintrin.h>
 
 #include <cstdint>
 #include <cstring>
 
 #include "util/cpu_isa.h"
+
+#if TESSERA_CPU_X86
+#include <immintrin.h>
+#endif
 
 // Vectors are passed by value between always-inlined functions only; the ABI note GCC emits for such
 // signatures in baseline-ISA code does not apply.
@@ -51,12 +53,14 @@ inline Isa best_isa() {
     return Isa::Baseline;
 }
 
+template <typename Body> [[gnu::flatten]] inline void run_baseline(const Body& body) { body(); }
+
+#if TESSERA_CPU_X86
 template <typename Body>
 [[gnu::target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"), gnu::flatten]] inline void run_avx512(const Body& body) {
     body();
 }
 template <typename Body> [[gnu::target("avx2,fma"), gnu::flatten]] inline void run_avx2(const Body& body) { body(); }
-template <typename Body> [[gnu::flatten]] inline void run_baseline(const Body& body) { body(); }
 
 // Runs body() compiled for the best instruction set of this machine.
 template <typename Body> void run_best_isa(const Body& body) {
@@ -66,6 +70,10 @@ template <typename Body> void run_best_isa(const Body& body) {
         default: run_baseline(body); break;
     }
 }
+#else
+// No other instruction sets are compiled here: best_isa() is Baseline.
+template <typename Body> void run_best_isa(const Body& body) { run_baseline(body); }
+#endif
 
 // ---- Basics --------------------------------------------------------------------------------------------------
 
@@ -116,6 +124,7 @@ template <typename Body> void run_best_isa(const Body& body) {
     return m;
 }
 
+#if TESSERA_CPU_X86
 // IEEE square root with SSE's sqrtps (part of every x86-64), since sqrt calls are not vectorized while errno
 // handling is on.
 [[gnu::always_inline]] inline Vf sqrt(Vf x) {
@@ -128,6 +137,14 @@ template <typename Body> void run_best_isa(const Body& body) {
     }
     return result;
 }
+#else
+// IEEE square root lane by lane (the same correctly rounded result as sqrtps).
+[[gnu::always_inline]] inline Vf sqrt(Vf x) {
+    Vf result;
+    for (int i = 0; i < kLanes; ++i) result[i] = __builtin_sqrtf(x[i]);
+    return result;
+}
+#endif
 
 // ---- Transcendentals -----------------------------------------------------------------------------------------
 

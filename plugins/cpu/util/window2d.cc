@@ -6,11 +6,14 @@
 #include "util/window2d.h"
 
 #include "util/conv_epilogue_avx512.h"
+#include "util/cpu_isa.h"
 #include "util/lane_gemm.h"
 #include "util/thread_scratch.h"
 #include "util/transpose_avx512.h"
 
+#if TESSERA_CPU_X86
 #include <immintrin.h>
+#endif
 
 // GCC 12 reports the _mm512_undefined_ps() inside _mm512_max_ps/_mm512_min_ps as (maybe-)uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -23,6 +26,7 @@
 
 namespace tessera::cpu {
 
+#if TESSERA_CPU_X86  // every kernel here is AVX-512
 namespace {
 
 // The AVX-512 kernels' gate, shared with the lane kernels (TESSERA_CPU_MAX_ISA=avx2|none turns them off).
@@ -596,5 +600,16 @@ void depthwise_conv2d_direct(ThreadPool& pool, const WindowGeometry& g, const fl
         }
     });
 }
+#else  // no direct window kernels: the callers take their portable loops
+bool max_pool2d_direct_supported(const WindowGeometry&) { return false; }
+void max_pool2d_direct(ThreadPool&, const WindowGeometry&, const float*, int64_t, float*) {
+    x86_kernel_unavailable(__func__);
+}
+bool depthwise_direct_supported(const WindowGeometry&) { return false; }
+void depthwise_conv2d_direct(ThreadPool&, const WindowGeometry&, const float*, const float*, const float*, int64_t,
+                             int64_t, int64_t, float*, const ConvEpilogue&, const float*) {
+    x86_kernel_unavailable(__func__);
+}
+#endif  // TESSERA_CPU_X86
 
 }  // namespace tessera::cpu

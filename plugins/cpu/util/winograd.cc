@@ -1,6 +1,10 @@
 #include "util/winograd.h"
 
+#include "util/cpu_isa.h"
+
+#if TESSERA_CPU_X86
 #include <immintrin.h>
+#endif
 
 // GCC 12 reports the _mm512_undefined_ps() inside the permute intrinsics as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -14,6 +18,46 @@
 
 namespace tessera::cpu {
 
+bool winograd_applies(const WindowGeometry& g, int64_t filters, int64_t group) {
+    return g.rank() == 2 && group == 1 && g.kernel[0] == 3 && g.kernel[1] == 3 && g.strides[0] == 1 &&
+           g.strides[1] == 1 && g.dilations[0] == 1 && g.dilations[1] == 1 && lane_gemm_supported() &&
+           lanes_fill(filters);
+}
+
+bool winograd_pays_off(const WindowGeometry& g, int64_t filters) {
+    // Below 14x14 outputs (7x7: 16 tiles for 49 outputs) the transforms and the short products lose to the direct
+    // lane kernels; at 14x14 only with many filters to share each transformed input.
+    const int64_t outputs = g.output[0] * g.output[1];
+    return g.output[1] >= 12 && (filters >= 64 || outputs >= 400);
+}
+
+WinogradFilters::WinogradFilters(const float* w, int64_t filters, int64_t channels)
+    : filters_(filters), channels_(channels) {
+    // U = G g G^T with G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], computed in double and written straight into
+    // the 16 points' panels (each written in order: filters of a panel innermost).
+    static constexpr double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+    for (auto& point : points_) point = LanePackedFilters::zeros(filters, channels);
+    const int64_t width = points_[0].panel_width();
+    for (int64_t p = 0; p < points_[0].panels(); ++p) {
+        float* panels[16];
+        for (int i = 0; i < 16; ++i) panels[i] = points_[static_cast<size_t>(i)].mutable_panel(p);
+        for (int64_t c = 0; c < channels; ++c) {
+            for (int64_t k = p * width; k < std::min(filters, (p + 1) * width); ++k) {
+                const float* g = w + (k * channels + c) * 9;
+                double gg[4][3];
+                for (int i = 0; i < 4; ++i)
+                    for (int j = 0; j < 3; ++j) gg[i][j] = G[i][0] * g[j] + G[i][1] * g[3 + j] + G[i][2] * g[6 + j];
+                const int64_t at = c * width + k % width;
+                for (int i = 0; i < 4; ++i)
+                    for (int j = 0; j < 4; ++j)
+                        panels[i * 4 + j][at] =
+                            static_cast<float>(gg[i][0] * G[j][0] + gg[i][1] * G[j][1] + gg[i][2] * G[j][2]);
+            }
+        }
+    }
+}
+
+#if TESSERA_CPU_X86  // the AVX-512 transforms and the entry point that runs them
 namespace {
 
 // Transformed inputs and products of one tile block together stay within about this many floats (128 KB): they are
@@ -120,45 +164,6 @@ __attribute__((target("avx512f"))) void transform_outputs(const WindowGeometry& 
 
 }  // namespace
 
-bool winograd_applies(const WindowGeometry& g, int64_t filters, int64_t group) {
-    return g.rank() == 2 && group == 1 && g.kernel[0] == 3 && g.kernel[1] == 3 && g.strides[0] == 1 &&
-           g.strides[1] == 1 && g.dilations[0] == 1 && g.dilations[1] == 1 && lane_gemm_supported() &&
-           lanes_fill(filters);
-}
-
-bool winograd_pays_off(const WindowGeometry& g, int64_t filters) {
-    // Below 14x14 outputs (7x7: 16 tiles for 49 outputs) the transforms and the short products lose to the direct
-    // lane kernels; at 14x14 only with many filters to share each transformed input.
-    const int64_t outputs = g.output[0] * g.output[1];
-    return g.output[1] >= 12 && (filters >= 64 || outputs >= 400);
-}
-
-WinogradFilters::WinogradFilters(const float* w, int64_t filters, int64_t channels)
-    : filters_(filters), channels_(channels) {
-    // U = G g G^T with G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], computed in double and written straight into
-    // the 16 points' panels (each written in order: filters of a panel innermost).
-    static constexpr double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
-    for (auto& point : points_) point = LanePackedFilters::zeros(filters, channels);
-    const int64_t width = points_[0].panel_width();
-    for (int64_t p = 0; p < points_[0].panels(); ++p) {
-        float* panels[16];
-        for (int i = 0; i < 16; ++i) panels[i] = points_[static_cast<size_t>(i)].mutable_panel(p);
-        for (int64_t c = 0; c < channels; ++c) {
-            for (int64_t k = p * width; k < std::min(filters, (p + 1) * width); ++k) {
-                const float* g = w + (k * channels + c) * 9;
-                double gg[4][3];
-                for (int i = 0; i < 4; ++i)
-                    for (int j = 0; j < 3; ++j) gg[i][j] = G[i][0] * g[j] + G[i][1] * g[3 + j] + G[i][2] * g[6 + j];
-                const int64_t at = c * width + k % width;
-                for (int i = 0; i < 4; ++i)
-                    for (int j = 0; j < 4; ++j)
-                        panels[i * 4 + j][at] =
-                            static_cast<float>(gg[i][0] * G[j][0] + gg[i][1] * G[j][1] + gg[i][2] * G[j][2]);
-            }
-        }
-    }
-}
-
 void winograd_conv2d(ThreadPool& pool, const WindowGeometry& g, const float* x, const WinogradFilters& filters,
                      const float* bias, const ConvEpilogue& epilogue, const float* z, float* y) {
     const int64_t C = filters.channels(), K = filters.filters();
@@ -221,5 +226,11 @@ void winograd_conv2d(ThreadPool& pool, const WindowGeometry& g, const float* x, 
         });
     }
 }
+#else  // never called: reached only where winograd_applies(), which needs lane_gemm_supported()
+void winograd_conv2d(ThreadPool&, const WindowGeometry&, const float*, const WinogradFilters&, const float*,
+                     const ConvEpilogue&, const float*, float*) {
+    x86_kernel_unavailable(__func__);
+}
+#endif  // TESSERA_CPU_X86
 
 }  // namespace tessera::cpu

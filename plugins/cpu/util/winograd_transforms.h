@@ -3,6 +3,9 @@
 // channels of one tile).  Include only from code compiled for AVX-512F.
 #pragma once
 
+#include "util/cpu_isa.h"
+
+#if TESSERA_CPU_X86  // AVX-512 code; absent elsewhere
 #include <immintrin.h>
 
 namespace tessera::cpu {
@@ -39,3 +42,4 @@ __attribute__((target("avx512f"))) inline void winograd_output_transform(const _
 }
 
 }  // namespace tessera::cpu
+#endif  // TESSERA_CPU_X86

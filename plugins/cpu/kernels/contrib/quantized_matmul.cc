@@ -11,8 +11,6 @@
 // Both run on the exact int32 sums of util/int8_gemm.h (VNNI or AMX where the CPU has them) with B packed once
 // when constant, and finish in onnxruntime's order: the int32 sum converted to float, multiplied by the float
 // product of the scales, then the bias added, each step rounded to float.
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -26,6 +24,10 @@
 #include "kernels/quantization/quantize_support.h"
 #include "util/cpu_isa.h"
 #include "util/thread_scratch.h"
+
+#if TESSERA_CPU_X86
+#include <immintrin.h>
+#endif
 
 namespace tessera::cpu {
 
@@ -70,6 +72,7 @@ ColumnScales column_scales(const std::string& op, float a_scale, const Tensor& b
     }
 }
 
+#if TESSERA_CPU_X86
 // The same on AVX-512.  Contraction must be off here too: GCC fuses the intrinsics' multiply and add otherwise.
 [[gnu::target("avx512f"), gnu::optimize("fp-contract=off")]] void scale_row_avx512(float* y, int64_t n,
                                                                                   const float* scale, bool uniform,
@@ -84,6 +87,9 @@ ColumnScales column_scales(const std::string& op, float a_scale, const Tensor& b
     }
     scale_row(y + i, n - i, uniform ? scale : scale + i, uniform, bias != nullptr ? bias + i : nullptr);  // the tail
 }
+#else  // never called: no Avx512 level
+void scale_row_avx512(float*, int64_t, const float*, bool, const float*) { x86_kernel_unavailable(__func__); }
+#endif
 
 // Y (plan.output_shape, float) = float(sums) * scale + bias, in place over the int32 sums that Y's buffer holds.
 void scale_sums_in_place(ThreadPool& pool, const MatMulPlan& plan, const ColumnScales& scales, const float* bias,

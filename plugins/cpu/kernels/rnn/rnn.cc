@@ -7,8 +7,6 @@
 // row.  For float, R is laid out once (at session creation when it is a constant) in column panels that a
 // register-blocked kernel multiplies without any per-step packing; BLAS does the other products.  Batch rows
 // past their sequence length stop updating and emit zeros.  float16/bfloat16 run in float.
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -20,11 +18,16 @@
 #include <vector>
 
 #include "kernels/all_kernels.h"
+#include "util/cpu_isa.h"
 #include "util/data_movement.h"
 #include "util/float16_compute.h"
 #include "util/gemm.h"
 #include "util/type_list.h"
 #include "util/vec_math.h"
+
+#if TESSERA_CPU_X86
+#include <immintrin.h>
+#endif
 
 namespace tessera::cpu {
 
@@ -244,6 +247,10 @@ private:
     std::vector<float> data_;
 };
 
+// The most state rows one few_rows call takes for panels of this width.
+int64_t few_rows_limit(int64_t panel_width) { return panel_width == 32 ? 8 : 4; }
+
+#if TESSERA_CPU_X86  // the few_rows kernels, for util/gemm.h's panel widths (x86 only)
 // acc[r] += state[r * stride] * panel row b (32 columns).
 template <int kRows>
 [[gnu::always_inline]] __attribute__((target("avx512f"))) inline void few_rows_step_avx512(__m512 (&acc)[kRows][2],
@@ -334,9 +341,6 @@ __attribute__((target("avx2,fma"))) void few_rows_avx2(const float* panel, int64
     }
 }
 
-// The most state rows one few_rows call takes for panels of this width.
-int64_t few_rows_limit(int64_t panel_width) { return panel_width == 32 ? 8 : 4; }
-
 // Rows [0, rows) (rows <= few_rows_limit) of the state times panel p, written to out's columns of that panel.
 void few_rows_product(const RecurrentPanels& panels, int64_t p, const float* state, int64_t rows, int64_t depth,
                       float* out, int64_t ldo) {
@@ -349,6 +353,11 @@ void few_rows_product(const RecurrentPanels& panels, int64_t p, const float* sta
     const RowsKernel kernel = (panels.width() == 32 ? kAvx512 : kAvx2)[rows - 1];
     kernel(panels.panel(p), depth, state, depth, out + j0, ldo, std::min(panels.width(), panels.columns() - j0));
 }
+#else  // never called: panels are built only where packed_gemm_supported()
+void few_rows_product(const RecurrentPanels&, int64_t, const float*, int64_t, int64_t, float*, int64_t) {
+    x86_kernel_unavailable(__func__);
+}
+#endif
 
 // Where a direction's work runs: across the pool, or (pool == nullptr) entirely on the calling thread, for
 // directions that run side by side inside a parallel region.

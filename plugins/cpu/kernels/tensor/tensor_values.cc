@@ -2,8 +2,6 @@
 // util/element_convert.h; Trilu and OneHot move element bytes through util/data_movement.h; TopK, CumSum and NonZero
 // dispatch on value types.
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -18,6 +16,10 @@
 #include "util/data_movement.h"
 #include "util/element_convert.h"
 #include "util/type_list.h"
+
+#if TESSERA_CPU_X86
+#include <immintrin.h>
+#endif
 
 namespace tessera::cpu {
 namespace {
@@ -43,6 +45,7 @@ int32_t type_from_name(std::string name) {
     throw KernelError("Cast: unknown type name '" + name + "'");
 }
 
+#if TESSERA_CPU_X86
 __attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* in, uint16_t* out, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -57,6 +60,10 @@ __attribute__((target("avx,f16c"))) void half_to_float_f16c(const uint16_t* in, 
         _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
     for (; i < n; ++i) out[i] = fp::half_to_float(in[i]);
 }
+#else  // never called: has_f16c() is false
+void float_to_half_f16c(const float*, uint16_t*, int64_t) { x86_kernel_unavailable(__func__); }
+void half_to_float_f16c(const uint16_t*, float*, int64_t) { x86_kernel_unavailable(__func__); }
+#endif
 
 // F16C is part of the Avx2 level (util/cpu_isa.h).
 bool has_f16c() { return cpu_allows(CpuIsa::Avx2); }
