@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "common/status.h"
+#include "model/tensor_proto_data.h"
 
 namespace tessera {
 
@@ -124,52 +125,6 @@ void read_external(const ExternalSource& source, const std::string& what, void* 
     }
 }
 
-template <typename Field> void check_count(const Field& field, size_t expected, const std::string& what) {
-    if (static_cast<size_t>(field.size()) != expected)
-        fail(TESS_STATUS_INVALID_MODEL, "{} holds {} values but its shape needs {}", what, field.size(), expected);
-}
-
-// Checks that the typed field a tensor of `type` keeps its values in holds as many as its shape needs.
-void check_typed_count(const onnx::TensorProto& proto, int32_t type, size_t count, size_t bytes,
-                       const std::string& what) {
-    switch (type) {
-        case TESS_ELEMENT_FLOAT32:
-        case TESS_ELEMENT_COMPLEX64: return check_count(proto.float_data(), bytes / 4, what);
-        case TESS_ELEMENT_FLOAT64:
-        case TESS_ELEMENT_COMPLEX128: return check_count(proto.double_data(), bytes / 8, what);
-        case TESS_ELEMENT_INT64: return check_count(proto.int64_data(), count, what);
-        case TESS_ELEMENT_UINT32:
-        case TESS_ELEMENT_UINT64: return check_count(proto.uint64_data(), count, what);
-        case TESS_ELEMENT_INT32: return check_count(proto.int32_data(), count, what);
-        default:
-            // 4- and 2-bit types keep one int32 per packed storage byte; every other type one per element.
-            if (element_size(type) == 0 && 8 % element_bits(type) == 0) return check_count(proto.int32_data(), bytes, what);
-            return check_count(proto.int32_data(), count, what);
-    }
-}
-
-// Stores each integer of a typed field into `dst` truncated to `width` bytes (little-endian hosts).
-template <typename Field> void store_truncated(const Field& field, void* dst, size_t width) {
-    auto* out = static_cast<unsigned char*>(dst);
-    for (int i = 0; i < field.size(); ++i) {
-        auto v = field.Get(i);
-        std::memcpy(out + static_cast<size_t>(i) * width, &v, width);
-    }
-}
-
-// Packs the low `bits` bits of each integer of a typed field into the zero-filled `dst` as one bit stream, low bits
-// first (the layout raw_data uses).
-template <typename Field> void pack_codes(const Field& field, size_t bits, void* dst) {
-    auto* out = static_cast<unsigned char*>(dst);
-    const uint32_t mask = (1u << bits) - 1;
-    for (int i = 0; i < field.size(); ++i) {
-        const size_t bit = static_cast<size_t>(i) * bits;
-        const uint32_t code = (static_cast<uint32_t>(field.Get(i)) & mask) << (bit % 8);
-        out[bit / 8] |= static_cast<unsigned char>(code);
-        if (code > 0xff) out[bit / 8 + 1] |= static_cast<unsigned char>(code >> 8);  // straddles two bytes
-    }
-}
-
 }  // namespace
 
 ValuePtr tensor_from_proto(const onnx::TensorProto& proto, const ExternalDataPolicy& policy, const std::string& what) {
@@ -185,7 +140,9 @@ ValuePtr tensor_from_proto(const onnx::TensorProto& proto, const ExternalDataPol
     const size_t bytes = storage_bytes(type, count);
 
     if (type == TESS_ELEMENT_STRING) {
-        check_count(proto.string_data(), count, what);
+        if (static_cast<size_t>(proto.string_data_size()) != count)
+            fail(TESS_STATUS_INVALID_MODEL, "{}: string_data holds {} entries, {} expected", what,
+                 proto.string_data_size(), count);
         ValuePtr value = make_host_tensor(type, std::move(dims));
         for (size_t i = 0; i < count; ++i) value->strings[i] = proto.string_data(static_cast<int>(i));
         return value;
@@ -197,49 +154,12 @@ ValuePtr tensor_from_proto(const onnx::TensorProto& proto, const ExternalDataPol
         read_external(source, what, value->data, bytes);
         return value;
     }
-    if (proto.has_raw_data()) {
-        if (proto.raw_data().size() != bytes)
-            fail(TESS_STATUS_INVALID_MODEL, "{} has {} bytes of raw data but its shape needs {}", what,
-                 proto.raw_data().size(), bytes);
-        ValuePtr value = make_host_tensor(type, std::move(dims));
-        std::memcpy(value->data, proto.raw_data().data(), bytes);
-        return value;
-    }
-    check_typed_count(proto, type, count, bytes, what);
+    // The data the proto holds itself: checked against the shape before the tensor is allocated.
+    if (std::string problem = tensor_proto_data::check(proto, type, count, bytes); !problem.empty())
+        fail(TESS_STATUS_INVALID_MODEL, "{}: {}", what, problem);
     ValuePtr value = make_host_tensor(type, std::move(dims));
-    // An empty repeated field may have no storage at all: memcpy from its NULL data is undefined even for 0 bytes.
-    if (bytes == 0) return value;
-    switch (type) {
-        case TESS_ELEMENT_FLOAT32:
-        case TESS_ELEMENT_COMPLEX64:
-            std::memcpy(value->data, proto.float_data().data(), bytes);
-            break;
-        case TESS_ELEMENT_FLOAT64:
-        case TESS_ELEMENT_COMPLEX128:
-            std::memcpy(value->data, proto.double_data().data(), bytes);
-            break;
-        case TESS_ELEMENT_INT64:
-            std::memcpy(value->data, proto.int64_data().data(), bytes);
-            break;
-        case TESS_ELEMENT_UINT32:
-        case TESS_ELEMENT_UINT64:
-            store_truncated(proto.uint64_data(), value->data, element_size(type));
-            break;
-        case TESS_ELEMENT_INT32:
-            std::memcpy(value->data, proto.int32_data().data(), bytes);
-            break;
-        default:
-            if (element_size(type) != 0) {
-                // 8- and 16-bit types (bool, float16, bfloat16, float8) keep their bit patterns in int32_data.
-                store_truncated(proto.int32_data(), value->data, element_size(type));
-            } else if (const size_t bits = element_bits(type); 8 % bits == 0) {
-                // 4- and 2-bit types: one int32 per packed storage byte.
-                store_truncated(proto.int32_data(), value->data, 1);
-            } else {
-                // float6: one int32 per element holding its code; higher bits are ignored, as onnx's reader does.
-                pack_codes(proto.int32_data(), bits, value->data);
-            }
-    }
+    if (std::string problem = tensor_proto_data::copy(proto, type, count, bytes, value->data); !problem.empty())
+        fail(TESS_STATUS_INVALID_MODEL, "{}: {}", what, problem);
     return value;
 }
 
@@ -252,9 +172,8 @@ ValuePtr take_tensor_from_proto(onnx::TensorProto& proto, const ExternalDataPoli
     for (int64_t d : dims)
         if (d < 0) fail(TESS_STATUS_INVALID_MODEL, "{} has a negative dimension", what);
     const size_t bytes = storage_bytes(type, checked_element_count(dims.data(), dims.size()));
-    if (proto.raw_data().size() != bytes)
-        fail(TESS_STATUS_INVALID_MODEL, "{} has {} bytes of raw data but its shape needs {}", what,
-             proto.raw_data().size(), bytes);
+    if (std::string problem = tensor_proto_data::check(proto, type, 0, bytes); !problem.empty())
+        fail(TESS_STATUS_INVALID_MODEL, "{}: {}", what, problem);
     if (bytes < 4096) return tensor_from_proto(proto, policy, what);  // small: an aligned copy costs nothing
     auto holder = std::make_unique<std::string>();
     holder->swap(*proto.mutable_raw_data());

@@ -179,11 +179,11 @@ TEST(Loader, ReadsFloat6InitializersFromRawAndInt32Data) {
             EXPECT_EQ(std::string(static_cast<const char*>(value.data), value.byte_size), packed) << name;
         }
         typed->mutable_int32_data()->RemoveLast();  // one entry per element, not per packed byte
-        EXPECT_NE(load_error(b.bytes()).find("initializer 'typed' holds 4 values but its shape needs 5"),
+        EXPECT_NE(load_error(b.bytes()).find("initializer 'typed': int32_data holds 4 entries, 5 expected"),
                   std::string::npos);
         typed->clear_int32_data();
         typed->set_raw_data(packed.substr(0, 3));
-        EXPECT_NE(load_error(b.bytes()).find("3 bytes of raw data but its shape needs 4"), std::string::npos);
+        EXPECT_NE(load_error(b.bytes()).find("raw_data holds 3 bytes, 4 expected"), std::string::npos);
     }
 }
 
@@ -294,7 +294,11 @@ TEST(Loader, ChecksDeclaredSizesBeforeAllocating) {
         if (raw) w.set_raw_data(std::string(16, '\0'));
         else w.add_float_data(1.0f);
         b.node("Add", {"x", "w"}, {"y"}, "add");
-        EXPECT_NE(load_error(b.bytes()).find("its shape needs"), std::string::npos);
+        const std::string error = load_error(b.bytes());
+        const char* expected = raw ? "raw_data holds 16 bytes, 1073741824 expected"
+                                   : "float_data holds 1 entries, 268435456 expected";
+        EXPECT_NE(error.find(expected), std::string::npos)
+            << error;
     }
     struct rusage usage {};
     ::getrusage(RUSAGE_SELF, &usage);

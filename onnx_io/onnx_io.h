@@ -1,4 +1,5 @@
-// Conversion between ONNX protobuf files and Tessera values, shared by the `tessera` CLI and the conformance runner.
+// Conversion between ONNX protobuf files and Tessera values, shared by the `tessera` CLI, the conformance runner, the
+// provider kit and the tests.
 //
 // Files follow the ONNX backend-test layout: input_K.pb / output_K.pb hold a TensorProto, a SequenceProto or an
 // OptionalProto, and which one is said by the declared type of the graph value they belong to (tensor_type,

@@ -22,6 +22,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <google/protobuf/wire_format_lite.h>
 
+#include "model/tensor_proto_data.h"
 #include "tessera/support/element_types.hpp"
 #include "tessera/support/float16.hpp"
 
@@ -159,71 +160,6 @@ std::string tensor_label(const onnx::TensorProto& proto) {
     return proto.name().empty() ? std::string("tensor") : "tensor " + quoted(proto.name());
 }
 
-// Stores `count` entries of a typed proto field as elements of type Dst.
-template <typename Dst, typename Field>
-void copy_field(const Field& field, size_t count, uint8_t* out, const char* field_name,
-                const onnx::TensorProto& proto) {
-    if (static_cast<size_t>(field.size()) != count)
-        fail(TESS_STATUS_INVALID_ARGUMENT, tensor_label(proto) + ": " + field_name + " holds " +
-                                               std::to_string(field.size()) + " entries, " + std::to_string(count) +
-                                               " expected");
-    for (size_t i = 0; i < count; ++i) {
-        const Dst v = static_cast<Dst>(field[static_cast<int>(i)]);
-        std::memcpy(out + i * sizeof(Dst), &v, sizeof(Dst));
-    }
-}
-
-// Sub-byte types in int32_data: one packed byte per entry (what onnx writes for 4- and 2-bit types), or one element
-// per entry (what onnx writes for float6, whose elements do not fit a byte evenly).
-void copy_packed(const onnx::TensorProto& proto, ElementType type, size_t count, size_t bytes, uint8_t* out) {
-    const auto& field = proto.int32_data();
-    const auto entries = static_cast<size_t>(field.size());
-    const unsigned bits = packed_bits(type);
-    if (entries == bytes && 8 % bits == 0) {
-        for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(field[static_cast<int>(i)]);
-        return;
-    }
-    if (entries != count)
-        fail(TESS_STATUS_INVALID_ARGUMENT, tensor_label(proto) + ": int32_data holds " + std::to_string(entries) +
-                                               " entries, " + std::to_string(count) + " elements expected");
-    const uint32_t mask = (1u << bits) - 1;
-    std::memset(out, 0, bytes);
-    for (size_t i = 0; i < count; ++i) {
-        const size_t bit = i * bits;
-        const uint32_t code = (static_cast<uint32_t>(field[static_cast<int>(i)]) & mask) << (bit % 8);
-        out[bit / 8] = static_cast<uint8_t>(out[bit / 8] | code);
-        if (code > 0xff) out[bit / 8 + 1] = static_cast<uint8_t>(out[bit / 8 + 1] | (code >> 8));
-    }
-}
-
-void copy_typed_fields(const onnx::TensorProto& proto, ElementType type, size_t count, size_t bytes, uint8_t* out) {
-    switch (type) {
-        case TESS_ELEMENT_FLOAT32: return copy_field<float>(proto.float_data(), count, out, "float_data", proto);
-        case TESS_ELEMENT_COMPLEX64: return copy_field<float>(proto.float_data(), 2 * count, out, "float_data", proto);
-        case TESS_ELEMENT_FLOAT64: return copy_field<double>(proto.double_data(), count, out, "double_data", proto);
-        case TESS_ELEMENT_COMPLEX128:
-            return copy_field<double>(proto.double_data(), 2 * count, out, "double_data", proto);
-        case TESS_ELEMENT_INT64: return copy_field<int64_t>(proto.int64_data(), count, out, "int64_data", proto);
-        case TESS_ELEMENT_UINT64: return copy_field<uint64_t>(proto.uint64_data(), count, out, "uint64_data", proto);
-        case TESS_ELEMENT_UINT32: return copy_field<uint32_t>(proto.uint64_data(), count, out, "uint64_data", proto);
-        case TESS_ELEMENT_INT32: return copy_field<int32_t>(proto.int32_data(), count, out, "int32_data", proto);
-        case TESS_ELEMENT_BOOL:
-            copy_field<uint8_t>(proto.int32_data(), count, out, "int32_data", proto);
-            for (size_t i = 0; i < count; ++i) out[i] = out[i] != 0 ? 1 : 0;
-            return;
-        default: break;
-    }
-    if (packed_bits(type) != 0) return copy_packed(proto, type, count, bytes, out);
-    // The remaining types of 8 and 16 bits (integers, float16, bfloat16, float8) hold their bit patterns in int32_data.
-    switch (tess_element_size(type)) {
-        case 1: return copy_field<uint8_t>(proto.int32_data(), count, out, "int32_data", proto);
-        case 2: return copy_field<uint16_t>(proto.int32_data(), count, out, "int32_data", proto);
-        default:
-            fail(TESS_STATUS_NOT_IMPLEMENTED, tensor_label(proto) + ": element type " +
-                                                  element_type_name(type) + " is not supported without raw_data");
-    }
-}
-
 // The tensor's dims, refused when they do not fit the data the proto carries: checked before allocating, so that a
 // file of the wrong kind (whose bytes parse as absurd dims) is an error rather than a huge allocation.
 std::vector<int64_t> proto_dims(const onnx::TensorProto& proto, ElementType type) {
@@ -235,16 +171,15 @@ std::vector<int64_t> proto_dims(const onnx::TensorProto& proto, ElementType type
             fail(TESS_STATUS_INVALID_ARGUMENT, tensor_label(proto) + " has an impossible shape");
     }
     const size_t bytes = tess_element_storage_bytes(type, count);
-    const size_t typed_entries = static_cast<size_t>(proto.float_data_size()) + proto.int32_data_size() +
-                                 proto.int64_data_size() + proto.double_data_size() + proto.uint64_data_size();
-    // Typed fields: at least one entry per element or per packed byte, whichever is fewer (sub-byte types may hold
-    // either); copy_typed_fields checks the exact count.
-    const bool fits = type == TESS_ELEMENT_STRING ? static_cast<uint64_t>(proto.string_data_size()) == count
-                      : proto.has_raw_data()      ? proto.raw_data().size() == bytes
-                                                  : typed_entries >= std::min(bytes, count);
-    if (!fits)
-        fail(TESS_STATUS_INVALID_ARGUMENT, tensor_label(proto) + ": the data does not fill shape " +
-                                               format_dims(dims) + " of " + element_type_name(type));
+    if (type == TESS_ELEMENT_STRING) {
+        if (static_cast<uint64_t>(proto.string_data_size()) != count)
+            fail(TESS_STATUS_INVALID_ARGUMENT, tensor_label(proto) + ": string_data holds " +
+                                                   std::to_string(proto.string_data_size()) + " entries, " +
+                                                   std::to_string(count) + " expected");
+    } else if (std::string problem = tensor_proto_data::check(proto, type, count, bytes); !problem.empty()) {
+        fail(TESS_STATUS_INVALID_ARGUMENT, tensor_label(proto) + " of shape " + format_dims(dims) + " and type " +
+                                               element_type_name(type) + ": " + problem);
+    }
     return dims;
 }
 
@@ -527,24 +462,12 @@ Value tensor_from_proto(const onnx::TensorProto& proto) {
     Value value = Value::tensor(type, proto_dims(proto, type));
     const size_t count = value.element_count();
     if (type == TESS_ELEMENT_STRING) {
-        if (static_cast<size_t>(proto.string_data_size()) != count)
-            fail(TESS_STATUS_INVALID_ARGUMENT, tensor_label(proto) + ": string_data holds " +
-                                                   std::to_string(proto.string_data_size()) + " entries, " +
-                                                   std::to_string(count) + " expected");
         for (size_t i = 0; i < count; ++i) value.set_string(i, proto.string_data(static_cast<int>(i)));
         return value;
     }
-    const size_t bytes = value.byte_size();
-    auto* out = static_cast<uint8_t*>(value.raw_data());
-    if (proto.has_raw_data()) {
-        if (proto.raw_data().size() != bytes)
-            fail(TESS_STATUS_INVALID_ARGUMENT, tensor_label(proto) + ": raw_data holds " +
-                                                   std::to_string(proto.raw_data().size()) + " bytes, " +
-                                                   std::to_string(bytes) + " expected");
-        if (bytes != 0) std::memcpy(out, proto.raw_data().data(), bytes);
-        return value;
-    }
-    copy_typed_fields(proto, type, count, bytes, out);
+    if (std::string problem = tensor_proto_data::copy(proto, type, count, value.byte_size(), value.raw_data());
+        !problem.empty())
+        fail(TESS_STATUS_INVALID_ARGUMENT, tensor_label(proto) + ": " + problem);
     return value;
 }
 
