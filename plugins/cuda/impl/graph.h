@@ -79,7 +79,7 @@ private:
     std::vector<bool> set_;
 };
 
-// ---- Ops (ops.cc) ------------------------------------------------------------------------------------------------
+// ---- Ops (ops/registry.cc; the operator table in ops/op_table.h) ----------------------------------------------------
 
 // Empty when the CUDA provider can run `node`, else why not.
 std::string check_node(const TessNodeView& node);
