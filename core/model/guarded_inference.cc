@@ -9,6 +9,8 @@
 #include <onnx/defs/shape_inference.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include "model/contrib_schemas.h"
+
 namespace tessera {
 
 namespace {
@@ -94,6 +96,7 @@ public:
     const onnx::OpSchema* GetSchema(const std::string& key, const int max_version,
                                     const std::string& domain) const override {
         const onnx::OpSchema* original = onnx::OpSchemaRegistry::Schema(key, max_version, domain);
+        if (original == nullptr && domain == "com.microsoft") original = contrib_schema(key, max_version);
         // Without an inference function libonnx infers through the schema's function body, whose nodes come back
         // here one by one; leaving such a schema as it is keeps that path.
         if (original == nullptr || !original->has_type_and_shape_inference_function()) return original;

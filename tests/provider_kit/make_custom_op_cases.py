@@ -1,5 +1,6 @@
-"""Backend-test cases (model.onnx + test_data_set_0/) for the custom operators of the in-tree custom-op libraries, so
-that `tessera provider-test` runs them the way it runs the onnx node cases.  Expected outputs come from numpy
+"""Backend-test cases (model.onnx + test_data_set_0/) for operators outside the onnx node cases: the example custom-op
+library's and two com.microsoft ones of the CPU provider, so that `tessera provider-test` runs them the way it runs
+the onnx node cases.  Expected outputs come from numpy
 references of the operators' documented formulas.
 
 Usage: make_custom_op_cases.py OUT_DIR
@@ -36,7 +37,7 @@ def main(root):
     write_case(root, "test_scaled_add",
                helper.make_node("ScaledAdd", ["A", "B"], ["C"], domain="tessera.example", alpha=0.5),
                {"A": a, "B": b}, {"C": a + np.float32(0.5) * b}, [("", 17), ("tessera.example", 1)])
-    # com.microsoft Gelu and BiasGelu (plugins/custom_ops/contrib): 0.5 x (1 + erf(x / sqrt 2)).
+    # com.microsoft Gelu and BiasGelu (plugins/cpu/kernels/contrib): 0.5 x (1 + erf(x / sqrt 2)).
     erf = np.vectorize(math.erf)
     gelu = lambda x: (0.5 * x * (1.0 + erf(x.astype(np.float64) / math.sqrt(2.0)))).astype(np.float32)
     x = rng.standard_normal((2, 4, 8)).astype(np.float32)

@@ -1,10 +1,12 @@
-"""The com.microsoft contrib-op library (plugins/custom_ops/contrib, libtessera_contrib_ops.so).
+"""onnxruntime's com.microsoft operators of its transformer optimizer and converters, kernels of the CPU provider
+(plugins/cpu/kernels/contrib/: Gelu family, BiasAdd, BiasSplitGelu, Skip(Simplified)LayerNormalization, BiasSoftmax,
+FusedMatMul, FusedGemm, GemmFastGelu, FusedConv).
 
-Every operator runs in small models built here, on Tessera's CPU provider (strict, so the library's kernel is what
-runs) and, where onnxruntime's CPU provider implements the operator and type, on onnxruntime as the reference;
+Every operator runs in small models built here, on Tessera's CPU provider (strict) and, where onnxruntime's CPU
+provider implements the operator and type, on onnxruntime as the reference;
 elsewhere (BiasAdd, BiasSoftmax, 16-bit and double variants, the optional statistics outputs) against numpy
 references written here.  Also: the checks decline what they should with a reason, shape inference fills output
-shapes, and the library is found through TESSERA_PLUGIN_PATH.
+shapes, and no plugin beyond the CPU provider is needed.
 """
 
 from __future__ import annotations
@@ -26,11 +28,7 @@ import tessera
 ort = pytest.importorskip("onnxruntime")
 
 MS = "com.microsoft"
-CONTRIB_LIBRARY = os.path.join(os.path.dirname(tessera.library_path), "tessera", "plugins",
-                               "libtessera_contrib_ops.so")
-
-pytestmark = pytest.mark.skipif(not os.path.exists(CONTRIB_LIBRARY),
-                                reason=f"the contrib-op library is not built ({CONTRIB_LIBRARY})")
+CPU_PROVIDER = os.path.join(os.path.dirname(tessera.library_path), "tessera", "plugins", "libtessera_cpu.so")
 
 try:
     import ml_dtypes
@@ -584,8 +582,6 @@ def test_fused_conv_silu_and_other_types():
      "activation 'Gelu' is not supported"),
     ("FusedConv", [("x", rand(1, 2, 5, 5)), ("w", rand(3, 2, 3, 3))],
      {"activation": "LeakyRelu", "activation_params": [0.1, 0.2]}, "takes 1 activation_params"),
-    ("FusedConv", [("x", rand(1, 2, 5, 5)), ("w", rand(3, 2, 3, 3))],
-     {"auto_pad": "SAME_UPPER", "dilations": [2, 2]}, "dilations other than 1"),
     ("FusedConv", [("x", rand(1, 4, 5, 5)), ("w", rand(3, 2, 3, 3))], {"group": 2},
      "not divisible by group"),
     ("FusedMatMul", [("a", rand(3, 4)), ("b", rand(4, 5))], {"transBatchA": 1}, "rank >= 3"),
@@ -608,6 +604,16 @@ def test_checks_decline_with_a_reason(op, inputs, attrs, reason):
         tessera.InferenceSession(model, providers=["cpu"], strict=True)
     assert reason in info.value.message
     assert f"{MS}:{op}" in info.value.message
+
+
+def test_fused_conv_same_padding_with_dilations_follows_onnx():
+    """onnxruntime refuses auto_pad SAME_* with dilations; the CPU provider's convolution computes it as ONNX's Conv
+    defines it: the total padding is the dilated kernel's overhang, the odd one at the end (SAME_UPPER)."""
+    inputs = [("x", rand(1, 2, 6, 5)), ("w", rand(3, 2, 3, 3))]
+    model = contrib_model("FusedConv", inputs, auto_pad="SAME_UPPER", dilations=[2, 2], activation="Relu")
+    (y,) = run_tessera(model, inputs)
+    # Output 6x5 as the input; dilated kernel 5: padding 4 per axis, 2 at each end.
+    assert_close(y, np.maximum(conv_ref(inputs[0][1], inputs[1][1], pads=[2, 2, 2, 2], dilations=[2, 2]), 0.0))
 
 
 def test_type_constraints_are_checked():
@@ -704,12 +710,6 @@ def test_concurrent_runs_share_the_kernels():
         assert_close(y, np.maximum(conv_ref(v, w, b, pads=[1, 1, 1, 1]), 0.0))
 
 
-def test_library_is_reported_by_the_default_environment():
-    (entry,) = [p for p in tessera.plugins() if p["name"] == "tessera-contrib-ops"]
-    assert entry["state"] == "loaded" and entry["providers"] == []
-    assert os.path.samefile(entry["path"], CONTRIB_LIBRARY)
-
-
 _DISCOVERY_SCRIPT = textwrap.dedent("""
     import json, os, sys
     import numpy as np
@@ -740,15 +740,14 @@ _DISCOVERY_SCRIPT = textwrap.dedent("""
 
 def _run_discovery(tmp_path, plugin_path):
     """Runs the discovery script in a fresh process over a private copy of the library whose own plugin directory
-    holds only the CPU provider, so the contrib ops can come only from TESSERA_PLUGIN_PATH."""
+    holds only the CPU provider."""
     lib_dir = tmp_path / "lib"
     own_plugins = lib_dir / "tessera" / "plugins"
     own_plugins.mkdir(parents=True, exist_ok=True)
     library = lib_dir / "libtessera.so"
     if not library.exists():
         shutil.copy2(os.path.realpath(tessera.library_path), library)
-        cpu = os.path.join(os.path.dirname(CONTRIB_LIBRARY), "libtessera_cpu.so")
-        shutil.copy2(cpu, own_plugins / "libtessera_cpu.so")
+        shutil.copy2(CPU_PROVIDER, own_plugins / "libtessera_cpu.so")
     env = dict(os.environ, TESSERA_LIBRARY=str(library),
                PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(tessera.__file__)),
                                            os.environ.get("PYTHONPATH", "")]))
@@ -762,19 +761,12 @@ def _run_discovery(tmp_path, plugin_path):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_library_loads_from_tessera_plugin_path(tmp_path):
-    extra = tmp_path / "contrib-plugins"
-    extra.mkdir()
-    shutil.copy2(CONTRIB_LIBRARY, extra / "libtessera_contrib_ops.so")
-
-    without = _run_discovery(tmp_path, None)
-    assert "tessera-contrib-ops" not in [p["name"] for p in without["report"]]
-    assert "com.microsoft:SkipLayerNormalization" in without["error"]
-
-    found = _run_discovery(tmp_path, os.pathsep.join([str(tmp_path / "missing"), str(extra)]))
-    (entry,) = [p for p in found["report"] if p["name"] == "tessera-contrib-ops"]
-    assert entry["state"] == "loaded"
-    assert os.path.samefile(entry["path"], extra / "libtessera_contrib_ops.so")
+def test_the_cpu_provider_alone_runs_them(tmp_path):
+    """No plugin beyond the CPU provider is needed: in a fresh process whose only plugin is libtessera_cpu.so (no
+    TESSERA_PLUGIN_PATH), SkipLayerNormalization runs and agrees with the reference."""
+    found = _run_discovery(tmp_path, None)
+    assert [p["name"] for p in found["report"] if p["state"] == "loaded"] == ["tessera-cpu"], found["report"]
+    assert "error" not in found, found.get("error")
     x = np.arange(12, dtype=np.float32).reshape(1, 3, 4) / 10
     expected, _, _, _ = skip_layer_norm_ref(x, x, np.ones(4, np.float32), eps=1e-5)
     assert_close(np.array(found["y"], np.float32), expected)

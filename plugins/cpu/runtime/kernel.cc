@@ -181,8 +181,20 @@ const KernelDef* KernelRegistry::find(const TessNodeView& node, std::string* why
         if (!types_ok) continue;
         if (best == nullptr || def.since_version > best->since_version) best = &def;
     }
+    const std::string name = (domain.empty() ? "" : std::string(domain) + ":") + std::string(op);
+    if (best != nullptr && best->check) {
+        std::string problem;
+        try {
+            problem = best->check(NodeInfo(node));
+        } catch (const KernelError& e) {
+            problem = e.what();
+        }
+        if (!problem.empty()) {
+            if (why != nullptr) *why = name + ": " + problem;
+            return nullptr;
+        }
+    }
     if (best == nullptr && why != nullptr) {
-        std::string name = (domain.empty() ? "" : std::string(domain) + ":") + std::string(op);
         if (!op_known) *why = "no CPU kernel for " + name;
         else if (!type_problem.empty()) *why = name + " opset " + std::to_string(node.opset) + ": " + type_problem;
         else *why = "no CPU kernel for " + name + " at opset " + std::to_string(node.opset);

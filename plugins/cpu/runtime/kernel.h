@@ -201,6 +201,10 @@ struct KernelDef {
     std::vector<std::pair<size_t, std::vector<int32_t>>> input_types;
     KernelMemory memory = KernelMemory::Normal;
     KernelFactory factory;
+    // Optional: why this node cannot run ("" when it can), judged from its attributes and declared shapes.  Asked at
+    // capability time, so that a node the kernel would refuse is declined with the reason at session creation
+    // instead of failing at its first run; it may throw KernelError, whose message is the reason.
+    std::function<std::string(const NodeInfo&)> check = {};
 };
 
 class KernelRegistry {

@@ -57,7 +57,7 @@ struct ConvEpilogue {
                 throw KernelError(op + ": approximate must be \"none\" or \"tanh\", got \"" + approximate + "\"");
             e.activation = approximate == "tanh" ? Activation::GeluTanh : Activation::Gelu;
         } else {
-            throw KernelError(op + ": unsupported activation '" + name + "'");
+            throw KernelError(op + ": activation '" + name + "' is not supported");
         }
         e.has_sum = !matmul && info.has_input(3);
         return e;

@@ -831,6 +831,25 @@ private:
     size_t absorbed_inputs_ = 0;                 // where its inputs start among this step's
 };
 
+// Why a FusedConv cannot run, from its attributes and declared shapes: an activation the epilogue lacks, or
+// channels that do not divide into the groups.
+std::string check_fused_conv(const NodeInfo& info) {
+    ConvEpilogue::parse(info);  // throws KernelError naming the problem
+    const int64_t group = info.attr_int("group", 1);
+    if (group < 1) return "group must be positive";
+    const TessNodeView& node = info.view();
+    if (node.input_count < 2 || node.inputs[0] == nullptr || node.inputs[1] == nullptr) return "";
+    const TessValueView &x = *node.inputs[0], &w = *node.inputs[1];
+    if (x.rank >= 2 && x.dims[1] >= 0 && x.dims[1] % group != 0)
+        return "input channels " + std::to_string(x.dims[1]) + " are not divisible by group " + std::to_string(group);
+    if (w.rank >= 1 && w.dims[0] >= 0 && w.dims[0] % group != 0)
+        return "output channels " + std::to_string(w.dims[0]) + " are not divisible by group " + std::to_string(group);
+    if (x.rank >= 2 && w.rank >= 2 && x.dims[1] >= 0 && w.dims[1] >= 0 && w.dims[1] * group != x.dims[1])
+        return "W " + shape_string(Shape(w.dims, w.dims + w.rank)) + " takes " + std::to_string(w.dims[1] * group) +
+               " input channels, X has " + std::to_string(x.dims[1]);
+    return "";
+}
+
 }  // namespace
 
 void register_conv_kernels(KernelRegistry& registry) {
@@ -838,11 +857,14 @@ void register_conv_kernels(KernelRegistry& registry) {
     const std::vector<std::pair<size_t, std::vector<int32_t>>> float_inputs{
         {0, conv_types}, {1, conv_types}, {2, conv_types}};
     registry.add({"", "Conv", 1, 0, float_inputs, KernelMemory::Normal, make_factory<ConvKernel>()});
-    // The optimizer's FusedConv (provider.h): float only.  com.microsoft's FusedConv in models stays with the
-    // contrib custom-op library, which checks it exactly as onnxruntime does.
+    // The optimizer's FusedConv (provider.h): float only.
     const std::vector<int32_t> f32{TESS_ELEMENT_FLOAT32};
     registry.add({TESS_FUSED_OPS_DOMAIN, "FusedConv", 1, 0, {{0, f32}, {1, f32}, {2, f32}, {3, f32}}, KernelMemory::Normal,
                   make_factory<ConvKernel>()});
+    // onnxruntime's com.microsoft FusedConv, which its optimizer writes into saved models: the same operator (X, W,
+    // B, Z; Conv's attributes; activation with activation_params), in every type Conv takes.
+    registry.add({"com.microsoft", "FusedConv", 1, 0, {{0, conv_types}, {1, conv_types}, {2, conv_types}, {3, conv_types}},
+                  KernelMemory::Normal, make_factory<ConvKernel>(), check_fused_conv});
 }
 
 }  // namespace tessera::cpu
