@@ -85,6 +85,14 @@ static void release_compiled(TessCompiled* compiled) {
     free(c);
 }
 
+#if defined(PARTIAL_ONE_SIZE_ONLY)
+/* The "sized" build: a kernel that computes only the first 60 elements (the size of the onnx Relu case), as a provider
+ * that specialized on the shapes it first saw would; the rest stays 0. */
+static const size_t kComputed = 60;
+#else
+static const size_t kComputed = (size_t)-1;
+#endif
+
 static TessStatus* compute(TessCompiled* compiled, TessComputeContext* ctx) {
     struct Compiled* c = (struct Compiled*)compiled;
     float** results = (float**)calloc(c->steps, sizeof(float*));
@@ -108,8 +116,8 @@ static TessStatus* compute(TessCompiled* compiled, TessComputeContext* ctx) {
             b = s->in1 >= 0 ? (const float*)g_host->tensor_const_data(g_host->compute_input(ctx, (size_t)s->in1))
                             : results[-s->in1 - 1];
         }
-        results[n] = (float*)malloc(count * sizeof(float) + 1);
-        for (size_t i = 0; i < count; ++i)
+        results[n] = (float*)calloc(count + 1, sizeof(float));
+        for (size_t i = 0; i < count && i < kComputed; ++i)
             results[n][i] = s->is_add ? a[i] + b[i] : (a[i] > 0.0f ? a[i] : 0.0f);
     }
     TessStatus* status = NULL;
@@ -158,7 +166,11 @@ TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host, TessPluginExp
         return host->status_create(TESS_STATUS_ABI_MISMATCH, "partial speaks ABI 1");
     memset(&g_provider, 0, sizeof g_provider);
     g_provider.struct_size = sizeof g_provider;
+#if defined(PARTIAL_ONE_SIZE_ONLY)
+    g_provider.name = "sized";
+#else
     g_provider.name = "partial";
+#endif
     g_provider.create_instance = create_instance;
     g_provider.release_instance = release_instance;
     g_provider.get_capability = get_capability;
@@ -172,10 +184,15 @@ TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host, TessPluginExp
     g_provider.copy_from_host = copy_from_host;
     g_providers[0] = &g_provider;
     exports->abi_version = 1;
+#if defined(PARTIAL_ONE_SIZE_ONLY)
+    exports->name = "test-sized";
+#else
     exports->name = "test-partial";
+#endif
     exports->version = "1.0";
     exports->provider_count = 1;
     exports->providers = g_providers;
-    exports->shutdown = shutdown;
+    /* An older core's exports table may end before `shutdown`. */
+    if (TESS_HAS_FIELD(exports, TessPluginExports, shutdown)) exports->shutdown = shutdown;
     return NULL;
 }

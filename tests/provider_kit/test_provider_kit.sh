@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `tessera provider-test` on every in-tree plugin, and on broken ones that it must fail without failing itself.
 # Usage: test_provider_kit.sh TESSERA PLUGIN_DIR SAMPLE_DIR TEST_PLUGIN_DIR MISBEHAVING_DIR BACKEND_DATA KNOWN_FAILURES
+#                             SIZED_PROVIDER
 set -uo pipefail
-tessera=$1; plugins=$2; samples=$3; test_plugins=$4; misbehaving=$5; data=$6; known=$7
+tessera=$1; plugins=$2; samples=$3; test_plugins=$4; misbehaving=$5; data=$6; known=$7; sized=$8
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 export XDG_CACHE_HOME="$work/cache"
@@ -30,6 +31,10 @@ if [ -d "$node" ]; then
   check "sample: its operators pass" grep -Eq '^  Relu +[1-9]' "$work/sample.txt"
   check "sample: declined operators carry the reason" \
     grep -Eq '^  Conv +sample: sample runs float32' "$work/sample.txt"
+  # A provider right only at the case's own shapes: the expected outputs pass, the batch-size check catches it.
+  check "a provider sized for one shape fails" kit sized 1 "$sized" --cases "$node" --ops Relu
+  check "  ... test_relu fails at another batch size" grep -Eq "test_relu\b.*another batch size" "$work/sized.txt"
+  check "  ... but not on its expected outputs" sh -c "! grep -E 'test_relu\b.*expected outputs' '$work/sized.txt'"
   # The JSON report.
   check "json report" kit sample_json 0 "$samples/libtessera_sample.so" --cases "$node" --ops Relu --json
   check "json report parses" python3 -c "
@@ -43,8 +48,10 @@ python3 "$here/make_custom_op_cases.py" "$work/custom_cases"
 check "custom-op cases generated" test -f "$work/custom_cases/test_scaled_add/model.onnx"
 check "example ops" kit example 0 "$plugins/libtessera_example_ops.so" --cases "$work/custom_cases"
 check "example ops: ScaledAdd ran" grep -Eq '^  tessera.example:ScaledAdd +1 +0' "$work/example.txt"
-check "contrib ops" kit contrib 0 "$plugins/libtessera_contrib_ops.so" --cases "$work/custom_cases"
-check "contrib ops: Gelu ran" grep -Eq '^  com.microsoft:Gelu +1 +0' "$work/contrib.txt"
+# onnxruntime's com.microsoft operators are CPU-provider kernels: the same kind of cases, run on the provider.
+check "com.microsoft cases on the cpu provider" kit contrib 0 "$plugins/libtessera_cpu.so" --cases "$work/custom_cases"
+check "  ... Gelu ran" grep -Eq '^  com.microsoft:Gelu +1 +0' "$work/contrib.txt"
+check "  ... BiasGelu ran" grep -Eq '^  com.microsoft:BiasGelu +1 +0' "$work/contrib.txt"
 
 # Broken plugins: the kit fails them, names what is wrong, and finishes its report.
 check "a plugin of a future ABI fails" kit future 1 "$test_plugins/libtest_abi_future.so"
