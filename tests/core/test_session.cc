@@ -253,6 +253,13 @@ struct LogCapture {
 
 using RunOptionsPtr = std::unique_ptr<TessRunOptions, decltype(&tess_run_options_release)>;
 
+ModelBuilder relu_of_two() {
+    ModelBuilder b;
+    b.input("x", {2}).output("y", {2});
+    b.node("Relu", {"x"}, {"y"});
+    return b;
+}
+
 RunOptionsPtr make_run_options() {
     TessRunOptions* options = nullptr;
     StatusPtr status(tess_run_options_create(&options));
@@ -266,10 +273,7 @@ RunOptionsPtr make_run_options() {
 // no trace, exactly as before 0.2 appended the log tag and per-run profiling.
 TEST(Session, RunOptionsOfAnApi01ConsumerBehaveAsBefore) {
     LogCapture log(plugin_dir().string());
-    ModelBuilder b;
-    b.input("x", {2}).output("y", {2});
-    b.node("Relu", {"x"}, {"y"});
-    SessionPtr s = make_session(log.env.get(), b);
+    SessionPtr s = make_session(log.env.get(), relu_of_two());
     auto x = make_float_tensor({2}, {-1.0f, 2.0f});
     const char* name = "x";
     const TessValue* inputs[] = {x.get()};
@@ -286,10 +290,7 @@ TEST(Session, RunOptionsOfAnApi01ConsumerBehaveAsBefore) {
 // The log tag marks the messages of the run in progress on each calling thread, concurrent runs each with their own.
 TEST(Session, RunOptionsLogTagMarksEachRunsMessages) {
     LogCapture log(plugin_dir().string());
-    ModelBuilder b;
-    b.input("x", {2}).output("y", {2});
-    b.node("Relu", {"x"}, {"y"});
-    SessionPtr s = make_session(log.env.get(), b);
+    SessionPtr s = make_session(log.env.get(), relu_of_two());
     auto x = make_float_tensor({2}, {-1.0f, 2.0f});
     std::vector<std::thread> threads;
     for (int t = 0; t < 2; ++t)

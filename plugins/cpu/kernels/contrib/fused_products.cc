@@ -7,11 +7,9 @@
 //     [b1..bn, d0, dl] (dim 0 moved in front of the last dim) before transA; likewise transBatchB; both need
 //     operands of one rank >= 3.  Batch dims broadcast.  Each batch is one product on strided views (no copies); a
 //     2-D B with a plain A is one product for all of A's rows.
-//   FusedGemm(A, B [, C]; alpha, beta, transA, transB, activation, activation_alpha / _beta / _gamma)
-//     Gemm (C unidirectionally broadcast to (M, N)) followed by the activation (GemmActivation below).
 //   GemmFastGelu(X, W [, bias]) = FastGelu(numpy.matmul(X, W) + bias), bias of W's last dim.
-//   FusedConv(X, W [, B [, Z]]; Conv's attributes, activation, activation_params)
-//     activation(Conv(X, W) + B + Z): the provider's own convolution with its fused epilogue (kernels/nn/conv.cc).
+// FusedGemm and FusedConv are the provider's own Gemm and Conv kernels with their activations (kernels/nn/gemm.cc,
+// kernels/nn/conv.cc).
 //
 // float16 and bfloat16 operands compute in float and round once; double computes in double.
 #include <algorithm>
@@ -204,153 +202,6 @@ private:
     ProductAttributes attrs_;
 };
 
-// ---- FusedGemm -------------------------------------------------------------------------------------------------
-
-// The activations FusedGemm applies, named as onnxruntime's ElementWiseRangedTransform names them, with their
-// parameters in activation_alpha / activation_beta / activation_gamma (each required where the activation has it).
-struct GemmActivation {
-    enum class Kind {
-        Identity, Relu, Tanh, Sigmoid, Softsign, Softplus, LeakyRelu, Elu, ThresholdedRelu, Celu, HardSigmoid,
-        ScaledTanh, ParametricSoftplus, Selu
-    };
-    Kind kind = Kind::Identity;
-    float alpha = 0, beta = 0, gamma = 0;
-
-    static GemmActivation parse(const NodeInfo& info) {
-        GemmActivation act;
-        if (!info.has_attr("activation")) return act;
-        const std::string name = info.attr_string("activation", "");
-        struct Entry {
-            const char* name;
-            Kind kind;
-            bool alpha, beta, gamma;
-        };
-        static const Entry kEntries[] = {
-            {"Relu", Kind::Relu, false, false, false},          {"Tanh", Kind::Tanh, false, false, false},
-            {"Sigmoid", Kind::Sigmoid, false, false, false},    {"Softsign", Kind::Softsign, false, false, false},
-            {"Softplus", Kind::Softplus, false, false, false},  {"LeakyRelu", Kind::LeakyRelu, true, false, false},
-            {"Elu", Kind::Elu, true, false, false},             {"ThresholdedRelu", Kind::ThresholdedRelu, true, false, false},
-            {"Celu", Kind::Celu, true, false, false},           {"HardSigmoid", Kind::HardSigmoid, true, true, false},
-            {"ScaledTanh", Kind::ScaledTanh, true, true, false}, {"ParametricSoftplus", Kind::ParametricSoftplus, true, true, false},
-            {"Selu", Kind::Selu, true, false, true},
-        };
-        for (const Entry& e : kEntries) {
-            if (name != e.name) continue;
-            act.kind = e.kind;
-            auto param = [&](bool needed, const char* attr, float& out) {
-                if (!needed) return;
-                if (!info.has_attr(attr))
-                    throw KernelError("FusedGemm: activation " + name + " needs the attribute '" + attr + "'");
-                out = info.attr_float(attr, 0.0f);
-            };
-            param(e.alpha, "activation_alpha", act.alpha);
-            param(e.beta, "activation_beta", act.beta);
-            param(e.gamma, "activation_gamma", act.gamma);
-            if (act.kind == Kind::Celu && act.alpha == 0.0f)
-                throw KernelError("FusedGemm: activation Celu needs a non-zero activation_alpha");
-            return act;
-        }
-        throw KernelError("FusedGemm: activation '" + name + "' is not supported");
-    }
-
-    template <typename C> void apply(C* x, int64_t n) const {
-        const C a = static_cast<C>(alpha), b = static_cast<C>(beta), g = static_cast<C>(gamma);
-        auto softplus = [](C v) { return v > C(0) ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v)); };
-        for (int64_t i = 0; i < n; ++i) {
-            const C v = x[i];
-            switch (kind) {
-                case Kind::Identity: return;
-                case Kind::Relu: x[i] = v > C(0) ? v : C(0); break;
-                case Kind::Tanh: x[i] = std::tanh(v); break;
-                case Kind::Sigmoid: x[i] = C(1) / (C(1) + std::exp(-v)); break;
-                case Kind::Softsign: x[i] = v / (C(1) + std::abs(v)); break;
-                case Kind::Softplus: x[i] = softplus(v); break;
-                case Kind::LeakyRelu: x[i] = v >= C(0) ? v : a * v; break;
-                case Kind::Elu: x[i] = v >= C(0) ? v : a * (std::exp(v) - C(1)); break;
-                case Kind::ThresholdedRelu: x[i] = v > a ? v : C(0); break;
-                case Kind::Celu: x[i] = std::max(C(0), v) + std::min(C(0), a * (std::exp(v / a) - C(1))); break;
-                case Kind::HardSigmoid: x[i] = std::max(C(0), std::min(C(1), a * v + b)); break;
-                case Kind::ScaledTanh: x[i] = a * std::tanh(b * v); break;
-                case Kind::ParametricSoftplus: x[i] = a * softplus(b * v); break;
-                case Kind::Selu: x[i] = v > C(0) ? g * v : g * (a * std::exp(v) - a); break;
-            }
-        }
-    }
-};
-
-class FusedGemmKernel final : public Kernel {
-public:
-    explicit FusedGemmKernel(const NodeInfo& info)
-        : trans_a_(info.attr_int("transA", 0) != 0),
-          trans_b_(info.attr_int("transB", 0) != 0),
-          alpha_(info.attr_float("alpha", 1.0f)),
-          beta_(info.attr_float("beta", 1.0f)),
-          activation_(GemmActivation::parse(info)) {}
-
-    void compute(KernelContext& ctx) const override {
-        const Tensor& a = ctx.input(0);
-        const Tensor& b = ctx.input(1);
-        const Tensor* c = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-        if (a.rank() != 2 || b.rank() != 2)
-            throw KernelError("FusedGemm: A " + shape_string(a.shape) + " and B " + shape_string(b.shape) +
-                              " must be 2-D");
-        if (a.type != b.type || (c != nullptr && c->type != a.type))
-            throw KernelError("FusedGemm: A, B and C must have one element type");
-        const int64_t M = trans_a_ ? a.shape[1] : a.shape[0], K = trans_a_ ? a.shape[0] : a.shape[1];
-        const int64_t KB = trans_b_ ? b.shape[1] : b.shape[0], N = trans_b_ ? b.shape[0] : b.shape[1];
-        if (K != KB)
-            throw KernelError("FusedGemm: inner dimensions differ: A " + shape_string(a.shape) + ", B " +
-                              shape_string(b.shape));
-        const bool use_c = c != nullptr && beta_ != 0.0f;
-        int64_t c_rows = 1, c_cols = 1;
-        if (use_c) {
-            if (c->rank() > 2) throw KernelError("FusedGemm: C " + shape_string(c->shape) + " must have rank 2 at most");
-            if (c->rank() == 2) {
-                c_rows = c->shape[0];
-                c_cols = c->shape[1];
-            } else if (c->rank() == 1) {
-                c_cols = c->shape[0];
-            }
-            if ((c_rows != 1 && c_rows != M) || (c_cols != 1 && c_cols != N))
-                throw KernelError("FusedGemm: C " + shape_string(c->shape) + " does not broadcast to (" +
-                                  std::to_string(M) + ", " + std::to_string(N) + ")");
-        }
-        Tensor& y = ctx.output(0, a.type, Shape{M, N});
-        if (M == 0 || N == 0) return;
-        ThreadPool& pool = ctx.pool();
-        auto run = [&]<typename C>() {
-            const ConvertedInput<C> pa(a, pool), pb(b, pool);
-            const ConvertedInput<C> pc = use_c ? ConvertedInput<C>(*c, pool) : ConvertedInput<C>();
-            ConvertedOutput<C> out(y);
-            C* py = out.data();
-            C beta = C(0);
-            if (use_c) {
-                for (int64_t m = 0; m < M; ++m)
-                    for (int64_t n = 0; n < N; ++n)
-                        py[m * N + n] = pc.data()[(c_rows == 1 ? 0 : m) * c_cols + (c_cols == 1 ? 0 : n)];
-                beta = static_cast<C>(beta_);
-            }
-            if (K == 0) {
-                for (int64_t i = 0; i < M * N; ++i) py[i] = use_c ? beta * py[i] : C(0);
-            } else {
-                gemm<C>(pool, trans_a_, trans_b_, M, N, K, static_cast<C>(alpha_), pa.data(),
-                        std::max<int64_t>(a.shape[1], 1), pb.data(), std::max<int64_t>(b.shape[1], 1), beta, py, N);
-            }
-            pool.parallel_for(M, std::max<int64_t>(1, 16384 / N), [&](int64_t begin, int64_t end) {
-                activation_.apply(py + begin * N, (end - begin) * N);
-            });
-            out.finish(pool);
-        };
-        if (a.type == TESS_ELEMENT_FLOAT64) run.template operator()<double>();
-        else run.template operator()<float>();
-    }
-
-private:
-    bool trans_a_, trans_b_;
-    float alpha_, beta_;
-    GemmActivation activation_;
-};
-
 // ---- GemmFastGelu ----------------------------------------------------------------------------------------------
 
 struct TanhGelu {
@@ -422,16 +273,6 @@ std::string check_fused_matmul(const NodeInfo& info) {
     return "";
 }
 
-std::string check_fused_gemm(const NodeInfo& info) {
-    if (std::string problem = contrib::same_types(info, {0, 1, 2}); !problem.empty()) return problem;
-    GemmActivation::parse(info);  // throws KernelError naming the problem
-    const auto a = contrib::declared_dims(info, 0), b = contrib::declared_dims(info, 1), c = contrib::declared_dims(info, 2);
-    if (a && a->size() != 2) return "A must be 2-D, it has rank " + std::to_string(a->size());
-    if (b && b->size() != 2) return "B must be 2-D, it has rank " + std::to_string(b->size());
-    if (c && c->size() > 2) return "C must have rank 2 at most, it has rank " + std::to_string(c->size());
-    return "";
-}
-
 std::string check_gemm_fast_gelu(const NodeInfo& info) {
     if (std::string problem = contrib::same_types(info, {0, 1, 2}); !problem.empty()) return problem;
     const auto x = contrib::declared_dims(info, 0), w = contrib::declared_dims(info, 1), b = contrib::declared_dims(info, 2);
@@ -444,12 +285,9 @@ std::string check_gemm_fast_gelu(const NodeInfo& info) {
 
 void register_contrib_fused_product_kernels(KernelRegistry& registry) {
     const std::vector<int32_t> matmul_types = type_ids_with_16bit_floats(FloatTypes{});
-    const std::vector<int32_t> gemm_types{TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT16, TESS_ELEMENT_FLOAT64};
     for (const char* op : {"FusedMatMul", "TransposeMatMul"})
         contrib::add(registry, op, {{0, matmul_types}, {1, matmul_types}}, make_factory<FusedMatMulKernel>(),
                      check_fused_matmul);
-    contrib::add(registry, "FusedGemm", {{0, gemm_types}, {1, gemm_types}, {2, gemm_types}},
-                 make_factory<FusedGemmKernel>(), check_fused_gemm);
     contrib::add(registry, "GemmFastGelu", {{0, matmul_types}, {1, matmul_types}, {2, matmul_types}},
                  make_factory<GemmFastGeluKernel>(), check_gemm_fast_gelu);
 }

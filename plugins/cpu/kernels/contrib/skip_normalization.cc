@@ -23,6 +23,7 @@
 #include "kernels/contrib/contrib_registry.h"
 #include "util/compute_cast.h"
 #include "util/thread_scratch.h"
+#include "util/normalize_row.h"
 #include "util/type_list.h"
 #include "util/vec_math.h"
 
@@ -91,25 +92,6 @@ RowStats row_stats(const double* v, int64_t n) {
     for (int64_t i = 0; i < n; ++i) deviations += (v[i] - s.mean) * (v[i] - s.mean);
     s.variance = deviations / static_cast<double>(n);
     return s;
-}
-
-// y = (v - mean) * inv * gamma (+ beta).
-void scale_row(const float* v, float* y, int64_t n, float mean, float inv, const float* gamma, const float* beta) {
-    vec::run_best_isa([&] {
-        const vec::Vf vm = vec::splat(mean), vi = vec::splat(inv);
-        int64_t i = 0;
-        for (; i + vec::kLanes <= n; i += vec::kLanes) {
-            vec::Vf r = (vec::load(v + i) - vm) * vi * vec::load(gamma + i);
-            if (beta != nullptr) r += vec::load(beta + i);
-            vec::store(y + i, r);
-        }
-        for (; i < n; ++i) y[i] = (v[i] - mean) * inv * gamma[i] + (beta != nullptr ? beta[i] : 0.0f);
-    });
-}
-
-void scale_row(const double* v, double* y, int64_t n, double mean, double inv, const double* gamma,
-               const double* beta) {
-    for (int64_t i = 0; i < n; ++i) y[i] = (v[i] - mean) * inv * gamma[i] + (beta != nullptr ? beta[i] : 0.0);
 }
 
 class SkipLayerNormKernel final : public Kernel {
@@ -189,7 +171,7 @@ private:
                     std::sqrt((simplified_ ? s.mean_square : s.variance) + static_cast<double>(epsilon_));
                 if (mean_out != nullptr) mean_out[row] = static_cast<float>(s.mean);
                 if (inv_std_out != nullptr) inv_std_out[row] = static_cast<float>(1.0 / denominator);
-                scale_row(v, out.data() + offset, hidden, static_cast<C>(simplified_ ? 0.0 : s.mean),
+                normalize_row(v, out.data() + offset, hidden, static_cast<C>(simplified_ ? 0.0 : s.mean),
                           static_cast<C>(1.0 / denominator), gamma.data(), beta.data());
             }
         });

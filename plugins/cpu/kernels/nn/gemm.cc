@@ -9,6 +9,7 @@
 #include "util/conv_epilogue.h"
 #include "util/float16_compute.h"
 #include "util/gemm.h"
+#include "util/gemm_activation.h"
 #include "util/lane_gemm.h"
 #include "util/thread_scratch.h"
 #include "util/type_list.h"
@@ -54,7 +55,8 @@ private:
 };
 
 // Y = alpha * A' * B' + beta * C.  Opsets 1-6 broadcast C only when the "broadcast" attribute says so; from opset 7
-// C broadcasts unidirectionally to [M, N]; from opset 11 C is optional.
+// C broadcasts unidirectionally to [M, N]; from opset 11 C is optional.  com.microsoft's FusedGemm is the same
+// product (as opset 11 defines it) followed by an activation (util/gemm_activation.h).
 class GemmKernel final : public Kernel {
 public:
     explicit GemmKernel(const NodeInfo& info)
@@ -62,7 +64,8 @@ public:
           trans_b_(info.attr_int("transB", 0) != 0),
           alpha_(info.attr_float("alpha", 1.0f)),
           beta_(info.attr_float("beta", 1.0f)),
-          broadcast_c_(info.opset() >= 7 || info.attr_int("broadcast", 0) != 0),
+          broadcast_c_(info.opset() >= 7 || info.domain() == "com.microsoft" || info.attr_int("broadcast", 0) != 0),
+          activation_(info.op_type() == "FusedGemm" ? GemmActivation::parse(info) : GemmActivation{}),
           b_(info, 1),
           c_(info, 2) {
         // A constant float B is packed once (as op(B)) and the original given back to the core.
@@ -119,6 +122,12 @@ public:
             const ConvertedInput<T> c = use_c ? ConvertedInput<T>(*C, pool) : ConvertedInput<T>();
             ConvertedOutput<T> result(Y);
             T* y = result.data();
+            auto finish = [&] {
+                if (activation_.active() && M * N > 0)
+                    pool.parallel_for(M, std::max<int64_t>(1, 16384 / std::max<int64_t>(N, 1)),
+                                      [&](int64_t r0, int64_t r1) { activation_.apply(y + r0 * N, (r1 - r0) * N); });
+                result.finish(pool);
+            };
             GemmEpilogue add_c;
             if (use_c) {
                 const T* c_data = c.data();
@@ -140,19 +149,19 @@ public:
                 if (!lane_b_.empty()) {
                     lane_matmul(pool, a.data(), M, A.shape[1], lane_b_, y, N);
                     if (add_c) add_c(0, M, 0, N);
-                    result.finish(pool);
+                    finish();
                     return;
                 }
                 if (packed) {
                     gemm_prepacked(pool, trans_a_, M, K, alpha_, a.data(), A.shape[1], packed_b_, 0.0f, y, N);
                     if (add_c) add_c(0, M, 0, N);
-                    result.finish(pool);
+                    finish();
                     return;
                 }
             }
             gemm<T>(pool, trans_a_, trans_b_, M, N, K, static_cast<T>(alpha_), a.data(), A.shape[1], b.data(),
                     B.shape[1], T(0), y, N, add_c);
-            result.finish(pool);
+            finish();
         });
     }
 
@@ -180,6 +189,7 @@ private:
     float alpha_;
     float beta_;
     bool broadcast_c_;
+    GemmActivation activation_;  // FusedGemm's; none for Gemm
     InputWithWidenedConstant b_;
     InputWithWidenedConstant c_;
     PackedColumns packed_b_;  // op(B) packed, when B is a constant float matrix
@@ -372,6 +382,21 @@ private:
     Shape packed_shape_;
 };
 
+// Why a FusedGemm cannot run, from its attributes and declared ranks.
+std::string check_fused_gemm(const NodeInfo& info) {
+    GemmActivation::parse(info);  // throws KernelError naming the problem
+    const TessNodeView& node = info.view();
+    const char* names[] = {"A", "B", "C"};
+    for (size_t i = 0; i < 3 && i < node.input_count; ++i) {
+        if (node.inputs[i] == nullptr || node.inputs[i]->rank < 0) continue;
+        if (i < 2 && node.inputs[i]->rank != 2)
+            return std::string(names[i]) + " must be 2-D, it has rank " + std::to_string(node.inputs[i]->rank);
+        if (i == 2 && node.inputs[i]->rank > 2)
+            return "C must have rank 2 at most, it has rank " + std::to_string(node.inputs[i]->rank);
+    }
+    return "";
+}
+
 }  // namespace
 
 void register_gemm_kernels(KernelRegistry& registry) {
@@ -402,6 +427,10 @@ void register_gemm_kernels(KernelRegistry& registry) {
                   make_factory<MatMulKernel>()});
     registry.add(
         {"", "MatMul", 9, 0, {{0, gemm_types}, {1, gemm_types}}, KernelMemory::Normal, make_factory<MatMulKernel>()});
+    // onnxruntime's com.microsoft FusedGemm: Gemm (opset 11) and an activation, in the types its schema allows.
+    const std::vector<int32_t> fused_gemm_types{TESS_ELEMENT_FLOAT32, TESS_ELEMENT_FLOAT16, TESS_ELEMENT_FLOAT64};
+    registry.add({"com.microsoft", "FusedGemm", 1, 0, {{0, fused_gemm_types}, {1, fused_gemm_types}, {2, fused_gemm_types}},
+                  KernelMemory::Normal, make_factory<GemmKernel>(), check_fused_gemm});
     const std::vector<int32_t> float32{TESS_ELEMENT_FLOAT32};
     registry.add({TESS_FUSED_OPS_DOMAIN,
                   "FusedMatMulBias",

@@ -10,6 +10,7 @@
 #include "util/broadcast.h"
 #include "util/compute_cast.h"
 #include "util/thread_scratch.h"
+#include "util/normalize_row.h"
 #include "util/vec_math.h"
 
 namespace tessera::cpu {
@@ -295,21 +296,6 @@ Moments float_moments(const float* x, int64_t n) {
         m.variance = total_squares / static_cast<double>(n);
     });
     return m;
-}
-
-// y = (x - mean) * inv_std * scale + bias over one row.
-void normalize_row(const float* x, float* y, int64_t n, float mean, float inv_std, const float* scale,
-                   const float* bias) {
-    vec::run_best_isa([&] {
-        const vec::Vf vm = vec::splat(mean), vi = vec::splat(inv_std);
-        int64_t i = 0;
-        for (; i + vec::kLanes <= n; i += vec::kLanes) {
-            vec::Vf v = (vec::load(x + i) - vm) * vi * vec::load(scale + i);
-            if (bias != nullptr) v += vec::load(bias + i);
-            vec::store(y + i, v);
-        }
-        for (; i < n; ++i) y[i] = (x[i] - mean) * inv_std * scale[i] + (bias != nullptr ? bias[i] : 0.0f);
-    });
 }
 
 // Expands `source` (unidirectionally broadcastable to `target`) to a dense array of target's shape.
