@@ -8,9 +8,7 @@
 # Needs g++-aarch64-linux-gnu and the arm64 OpenBLAS (libopenblas-pthread-dev:arm64), which
 # scripts/install_deps.sh installs; without them it exits 77 (skipped) and says why.
 #
-# kernels/image/image_decoder.cc is left out: libjpeg's jconfig.h and libtiff's headers exist only per architecture,
-# and their arm64 -dev packages bring arm64 libc and kernel headers whose versions must equal the host's (Debian
-# multiarch), which would upgrade host packages.  The file has no architecture-specific code.
+# (ImageDecoder, whose codec headers exist only per architecture, is the image provider's, plugins/image: not here.)
 set -euo pipefail
 src=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
 work=${2:-}
@@ -45,7 +43,7 @@ flags=(-c -O0 -std=c++20 -fPIC -Wall -Wextra -Wno-missing-field-initializers -Wn
        -isystem /usr/include/libpng16 -isystem /usr/include/openjpeg-2.5)
 
 cd "$src/plugins/cpu"
-mapfile -t sources < <(find . -name '*.cc' ! -path ./kernels/image/image_decoder.cc | sed 's|^\./||' | sort)
+mapfile -t sources < <(find . -name '*.cc' | sed 's|^\./||' | sort)
 mapfile -t headers < <(find . -name '*.h' | sed 's|^\./||' | sort)
 echo "compiling ${#sources[@]} sources and ${#headers[@]} headers for $($cxx -dumpmachine)"
 
@@ -71,11 +69,9 @@ if [ $status -eq 0 ]; then
 fi
 
 # They link into the plugin module with nothing undefined (every x86 entry point the portable code still names has
-# its stand-in), against the arm64 OpenBLAS; the left-out ImageDecoder's registration is an empty function here.
+# its stand-in), against the arm64 OpenBLAS.
 if [ $status -eq 0 ]; then
-  echo 'namespace tessera::cpu { class KernelRegistry; void register_image_decoder_kernels(KernelRegistry&) {} }' |
-    "$cxx" -c -fPIC -x c++ - -o "$work/image_decoder_absent.o"
-  if out=$("$cxx" -shared -o "$work/libtessera_cpu.so" "$work"/obj/*.o "$work/image_decoder_absent.o" \
+  if out=$("$cxx" -shared -o "$work/libtessera_cpu.so" "$work"/obj/*.o \
              -Wl,--no-undefined -L"$blas_lib" -lopenblas -lpthread 2>&1); then
     echo "ok   link: libtessera_cpu.so for aarch64"
   else

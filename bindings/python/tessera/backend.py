@@ -1,7 +1,8 @@
 """Tessera as an ONNX backend (``onnx.backend.base.Backend``), for ``onnx.backend.test.BackendTest`` and friends.
 
-Sessions made here are *strict*: the device names the one provider that must run every node, and a node it cannot
-run is an error instead of a silent fallback.  Device "CPU" maps to provider 'cpu', "CUDA" (or "CUDA:N") to 'cuda';
+Sessions made here are *strict*: the device names the providers that must run every node, and a node they cannot
+run is an error instead of a silent fallback.  Device "CPU" maps to provider 'cpu' (with 'image', the host provider
+that adds ImageDecoder, where it is loaded), "CUDA" (or "CUDA:N") to 'cuda';
 :func:`supports_device` is true when the default environment has that provider loaded and usable.  The device id of
 "CUDA:N" is not passed on: a provider picks its device itself.
 
@@ -28,6 +29,8 @@ __all__ = ["TesseraBackend", "TesseraBackendRep", "prepare", "run_model", "run_n
            "is_compatible", "provider_for_device"]
 
 _PROVIDERS = {DeviceType.CPU: "cpu", DeviceType.CUDA: "cuda"}
+# Host providers that serve operators the device's own provider leaves to them (plugins/image: ImageDecoder).
+_HOST_COMPANIONS = {DeviceType.CPU: ("image",)}
 # Keyword arguments prepare() passes on to InferenceSession.
 _SESSION_OPTIONS = ("intra_op_threads", "optimization_level", "plugin_path", "environment")
 
@@ -83,7 +86,11 @@ class TesseraBackend(Backend):
         """Creates a strict session on the device's provider.  ``model`` is a ModelProto, serialized bytes or a
         path; ``intra_op_threads``, ``optimization_level``, ``plugin_path`` and ``environment`` are passed on."""
         options = {k: v for k, v in kwargs.items() if k in _SESSION_OPTIONS}
-        session = InferenceSession(model, providers=[provider_for_device(device)], strict=True, **options)
+        providers = [provider_for_device(device)]
+        environment = options.get("environment") or get_default_environment()
+        loaded = environment.providers()
+        providers += [p for p in _HOST_COMPANIONS.get(Device(device).type, ()) if p in loaded]
+        session = InferenceSession(model, providers=providers, strict=True, **options)
         return TesseraBackendRep(session)
 
     @classmethod

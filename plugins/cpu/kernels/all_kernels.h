@@ -29,7 +29,6 @@ void register_rnn_kernels(KernelRegistry& registry);           // kernels/rnn/rn
 void register_signal_kernels(KernelRegistry& registry);        // kernels/signal/signal.cc: DFT, STFT, windows, MelWeightMatrix
 void register_resize_kernels(KernelRegistry& registry);        // kernels/image/resize.cc: Resize, Upsample
 void register_image_kernels(KernelRegistry& registry);         // kernels/image/image.cc: GridSample, RoiAlign, NMS, ...
-void register_image_decoder_kernels(KernelRegistry& registry); // kernels/image/image_decoder.cc: ImageDecoder
 void register_loss_kernels(KernelRegistry& registry);           // kernels/nn/loss.cc: NLL and softmax cross-entropy
 void register_quantize_kernels(KernelRegistry& registry);      // kernels/quantization/quantize.cc: (De)QuantizeLinear, DynamicQuantizeLinear
 void register_quantized_product_kernels(KernelRegistry& registry);  // kernels/quantization/quantized_products.cc: MatMulInteger, QLinearConv, ...

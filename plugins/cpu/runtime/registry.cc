@@ -24,7 +24,6 @@ void register_all_kernels(KernelRegistry& registry) {
     register_signal_kernels(registry);
     register_resize_kernels(registry);
     register_image_kernels(registry);
-    register_image_decoder_kernels(registry);
     register_loss_kernels(registry);
     register_quantize_kernels(registry);
     register_quantized_product_kernels(registry);

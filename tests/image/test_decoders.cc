@@ -1,25 +1,21 @@
-// Tests of kernels/image/image_decoder.cc beyond the conformance cases: a small image in every format decodes to the
-// pixels it encodes, in every pixel format; malformed input (truncated streams, garbage after a valid signature,
-// corrupted bytes) never crashes or reads out of bounds and gives the spec's empty (0, 0, C) output where the
-// stream cannot be decoded; a badly shaped input or an unknown pixel_format is a KernelError.
+// Tests of the image provider's decoders (plugins/image/decoders.cc) beyond the conformance cases: a small image in
+// every format decodes to the pixels it encodes, in every pixel format; malformed input (truncated streams, garbage
+// after a valid signature, corrupted bytes) never crashes or reads out of bounds and gives the spec's empty (0, 0, C)
+// output where the stream cannot be decoded; an unknown pixel_format is refused.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "kernel_harness.h"
-#include "kernels/all_kernels.h"
+#include "decoders.h"
 
-namespace tessera::cpu {
+namespace tessera::image {
 namespace {
 
-using testing::NodeBuilder;
-using testing::run_node;
-using testing::tensor;
-using testing::ValueHandle;
-using testing::values_of;
+using Shape = std::vector<int64_t>;
 
 // An 8x6 RGB gradient, pixel (x, y) = (30x + 10, 40y + 5, 15(x + y) + 60), saved by Pillow in each format (JPEG at
 // quality 90 with 4:2:0 chroma, the others lossless).  kJpegPillowRgb is what Pillow decodes from kJpeg: the
@@ -169,30 +165,32 @@ const std::vector<Sample>& samples() {
     return all;
 }
 
-const KernelRegistry& registry() {
-    static const KernelRegistry r = [] {
-        KernelRegistry reg;
-        register_image_decoder_kernels(reg);
-        return reg;
-    }();
-    return r;
+// What ImageDecoder gives for `bytes` in `pixel_format`.
+struct Decoded {
+    Shape dims;
+    std::vector<uint8_t> values;
+};
+
+Decoded decode(const std::vector<uint8_t>& bytes, const std::string& pixel_format = "RGB") {
+    const std::optional<PixelFormat> format = parse_pixel_format(pixel_format);
+    EXPECT_TRUE(format.has_value()) << pixel_format;
+    const RgbImage rgb = decode_rgb(bytes);
+    Decoded d;
+    d.dims = {rgb.height, rgb.width, channels_of(*format)};
+    d.values.resize(static_cast<size_t>(rgb.height * rgb.width * channels_of(*format)));
+    convert_pixels(rgb, *format, d.values.data());
+    return d;
 }
 
-ValueHandle decode(const std::vector<uint8_t>& bytes, const std::string& pixel_format = "RGB") {
-    NodeBuilder node("ImageDecoder", 20);
-    node.input(TESS_ELEMENT_UINT8).output().attr_string("pixel_format", pixel_format);
-    return run_node(registry(), node, {tensor<uint8_t>({static_cast<int64_t>(bytes.size())}, bytes)})[0];
-}
-
-bool is_empty_image(const ValueHandle& v, int64_t channels = 3) { return v->dims == Shape{0, 0, channels}; }
-bool is_full_image(const ValueHandle& v) { return v->dims == Shape{kHeight, kWidth, 3}; }
+bool is_empty_image(const Decoded& v, int64_t channels = 3) { return v.dims == Shape{0, 0, channels}; }
+bool is_full_image(const Decoded& v) { return v.dims == Shape{kHeight, kWidth, 3}; }
 
 TEST(ImageDecoder, DecodesEveryFormatInEveryPixelFormat) {
     for (const Sample& sample : samples()) {
         SCOPED_TRACE(sample.name);
-        const ValueHandle rgb_value = decode(sample.bytes, "RGB");
+        const Decoded rgb_value = decode(sample.bytes, "RGB");
         ASSERT_TRUE(is_full_image(rgb_value));
-        const std::vector<uint8_t> rgb = values_of<uint8_t>(*rgb_value);
+        const std::vector<uint8_t> rgb = rgb_value.values;
         for (int64_t y = 0; y < kHeight; ++y) {
             for (int64_t x = 0; x < kWidth; ++x) {
                 for (int c = 0; c < 3; ++c) {
@@ -203,14 +201,14 @@ TEST(ImageDecoder, DecodesEveryFormatInEveryPixelFormat) {
             }
         }
 
-        const std::vector<uint8_t> bgr = values_of<uint8_t>(*decode(sample.bytes, "BGR"));
+        const std::vector<uint8_t> bgr = decode(sample.bytes, "BGR").values;
         ASSERT_EQ(bgr.size(), rgb.size());
         for (size_t p = 0; p < rgb.size(); p += 3)
             for (size_t c = 0; c < 3; ++c) EXPECT_EQ(bgr[p + c], rgb[p + 2 - c]);
 
-        const ValueHandle gray_value = decode(sample.bytes, "Grayscale");
-        ASSERT_EQ(gray_value->dims, (Shape{kHeight, kWidth, 1}));
-        const std::vector<uint8_t> gray = values_of<uint8_t>(*gray_value);
+        const Decoded gray_value = decode(sample.bytes, "Grayscale");
+        ASSERT_EQ(gray_value.dims, (Shape{kHeight, kWidth, 1}));
+        const std::vector<uint8_t> gray = gray_value.values;
         for (size_t p = 0; p < gray.size(); ++p) {
             // Pillow's convert("L"), in exact arithmetic: round(0.299 R + 0.587 G + 0.114 B) with its 16-bit weights.
             const uint32_t luma = rgb[3 * p] * 19595u + rgb[3 * p + 1] * 38470u + rgb[3 * p + 2] * 7471u;
@@ -227,7 +225,7 @@ TEST(ImageDecoder, TruncatedStreamsGiveEmptyOrCompleteImages) {
         SCOPED_TRACE(sample.name);
         for (size_t length = 0; length < sample.bytes.size(); ++length) {
             const std::vector<uint8_t> prefix(sample.bytes.begin(), sample.bytes.begin() + length);
-            const ValueHandle image = decode(prefix);
+            const Decoded image = decode(prefix);
             EXPECT_TRUE(is_empty_image(image) || is_full_image(image)) << "length " << length;
             if (length <= sample.bytes.size() / 2 && std::string(sample.name) != "JPEG 2000") {
                 EXPECT_TRUE(is_empty_image(image)) << "length " << length;
@@ -263,10 +261,10 @@ TEST(ImageDecoder, CorruptedBytesNeverCrash) {
             std::vector<uint8_t> bytes = sample.bytes;
             const int flips = 1 + trial % 4;
             for (int i = 0; i < flips; ++i) bytes[position(gen)] = static_cast<uint8_t>(byte(gen));
-            const ValueHandle image = decode(bytes);
-            ASSERT_EQ(image->dims.size(), 3u);
-            EXPECT_EQ(image->dims[2], 3);
-            EXPECT_EQ(image->bytes.size(), static_cast<size_t>(image->element_count()));
+            const Decoded image = decode(bytes);
+            ASSERT_EQ(image.dims.size(), 3u);
+            EXPECT_EQ(image.dims[2], 3);
+            EXPECT_EQ(image.values.size(), static_cast<size_t>(image.dims[0] * image.dims[1] * image.dims[2]));
         }
     }
 }
@@ -305,7 +303,7 @@ TEST(ImageDecoder, BmpAndPnmVariants) {
                                       0, 2, 0, 1,        // delta: down one row (to the top row), same column
                                       1, 8,              // one pixel of index 8 at (3, top)
                                       0, 1};             // end of bitmap
-    const std::vector<uint8_t> rgb = values_of<uint8_t>(*decode(bmp(4, 3, 8, 1, palette, rle)));
+    const std::vector<uint8_t> rgb = decode(bmp(4, 3, 8, 1, palette, rle)).values;
     const std::vector<int> expected_index = {0, 0, 0, 8, 5, 6, 7, 0, 9, 9, 9, 9};  // top row first
     ASSERT_EQ(rgb.size(), 36u);
     for (size_t p = 0; p < 12; ++p) {
@@ -321,29 +319,26 @@ TEST(ImageDecoder, BmpAndPnmVariants) {
     le32(masks, 0x07E0);
     le32(masks, 0x001F);
     const std::vector<uint8_t> pixels565 = {0x00, 0xF8, 0xE0, 0x07, 0x1F, 0x00, 0x21, 0x08};
-    const std::vector<uint8_t> rgb565 = values_of<uint8_t>(*decode(bmp(2, -2, 16, 3, masks, pixels565)));
+    const std::vector<uint8_t> rgb565 = decode(bmp(2, -2, 16, 3, masks, pixels565)).values;
     // 0xF800 red, 0x07E0 green, 0x001F blue, 0x0821 = (1, 1, 1) in 5-6-5 -> (8, 4, 8).
     EXPECT_EQ(rgb565, (std::vector<uint8_t>{255, 0, 0, 0, 255, 0, 0, 0, 255, 8, 4, 8}));
 
     // Raw PPM, maxval 100: v -> round(v / 100 * 255) with ties to even.
     std::vector<uint8_t> ppm = {'P', '6', ' ', '#', 'x', '\n', '1', ' ', '2', ' ', '1', '0', '0', '\n'};
     ppm.insert(ppm.end(), {0, 1, 2, 50, 99, 100});
-    EXPECT_EQ(values_of<uint8_t>(*decode(ppm)), (std::vector<uint8_t>{0, 3, 5, 128, 252, 255}));
+    EXPECT_EQ(decode(ppm).values, (std::vector<uint8_t>{0, 3, 5, 128, 252, 255}));
     // Plain PBM: 1 is black.
     const std::string pbm = "P1 3 1 1 0\n1";
-    EXPECT_EQ(values_of<uint8_t>(*decode(std::vector<uint8_t>(pbm.begin(), pbm.end()), "Grayscale")),
+    EXPECT_EQ(decode(std::vector<uint8_t>(pbm.begin(), pbm.end()), "Grayscale").values,
               (std::vector<uint8_t>{0, 255, 0}));
 }
 
-TEST(ImageDecoder, RejectsBadInputShapeAndPixelFormat) {
-    NodeBuilder bad_format("ImageDecoder", 20);
-    bad_format.input(TESS_ELEMENT_UINT8).output().attr_string("pixel_format", "HSV");
-    EXPECT_THROW(run_node(registry(), bad_format, {tensor<uint8_t>({2}, {0, 0})}), KernelError);
-
-    NodeBuilder node("ImageDecoder", 20);
-    node.input(TESS_ELEMENT_UINT8).output();
-    EXPECT_THROW(run_node(registry(), node, {tensor<uint8_t>({1, 2}, {0, 0})}), KernelError);
+TEST(ImageDecoder, KnowsExactlyTheSpecsPixelFormats) {
+    EXPECT_EQ(parse_pixel_format("RGB"), PixelFormat::RGB);
+    EXPECT_EQ(parse_pixel_format("BGR"), PixelFormat::BGR);
+    EXPECT_EQ(parse_pixel_format("Grayscale"), PixelFormat::Grayscale);
+    for (const char* other : {"HSV", "rgb", "", "RGBA"}) EXPECT_FALSE(parse_pixel_format(other).has_value()) << other;
 }
 
 }  // namespace
-}  // namespace tessera::cpu
+}  // namespace tessera::image

@@ -6,8 +6,8 @@
 // their own error channels, and image sizes are capped before anything is allocated.
 //
 // Every decoder produces 8-bit RGB; the requested pixel format is derived from it.  The spec says an image that
-// cannot be decoded (corrupt stream, unknown format) yields an empty matrix, so decoding failures give a (0, 0, C)
-// output; only a wrongly typed or shaped input tensor is a KernelError.
+// cannot be decoded (corrupt stream, unknown format) yields an empty matrix, so decoding failures give an empty
+// image.
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -28,9 +28,9 @@
 #include <tiffio.h>
 #include <webp/decode.h>
 
-#include "kernels/all_kernels.h"
+#include "decoders.h"
 
-namespace tessera::cpu {
+namespace tessera::image {
 namespace {
 
 using Bytes = std::span<const uint8_t>;
@@ -44,15 +44,6 @@ struct DecodeError : std::runtime_error {
 
 // Larger images are refused before any allocation, so a few header bytes cannot claim gigabytes.
 constexpr int64_t kMaxPixels = int64_t{1} << 28;
-
-// 8-bit RGB, row-major (height, width, 3).
-struct RgbImage {
-    int64_t width = 0;
-    int64_t height = 0;
-    std::vector<uint8_t> pixels;
-
-    uint8_t* row(int64_t y) { return pixels.data() + y * width * 3; }
-};
 
 void check_dimensions(int64_t width, int64_t height, const char* format) {
     if (width <= 0 || height <= 0) fail(std::string(format) + ": image has no pixels");
@@ -729,9 +720,9 @@ RgbImage decode_jpeg2000(Bytes data, bool codestream) {
     return image;
 }
 
-// ---- Format dispatch and the kernel -----------------------------------------------------------------------------
+// ---- Format dispatch ---------------------------------------------------------------------------------------------
 
-RgbImage decode_image(Bytes data) {
+RgbImage decode_any(Bytes data) {
     if (starts_with(data, {0xFF, 0xD8, 0xFF})) return decode_jpeg(data);
     if (starts_with(data, {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A})) return decode_png(data);
     if (starts_with(data, {'B', 'M'})) return decode_bmp(data);
@@ -748,69 +739,45 @@ RgbImage decode_image(Bytes data) {
     fail("unknown image format");
 }
 
-enum class PixelFormat { RGB, BGR, Grayscale };
-
-class ImageDecoder final : public Kernel {
-public:
-    explicit ImageDecoder(const NodeInfo& info) {
-        const std::string format = info.attr_string("pixel_format", "RGB");
-        if (format == "RGB") {
-            format_ = PixelFormat::RGB;
-        } else if (format == "BGR") {
-            format_ = PixelFormat::BGR;
-        } else if (format == "Grayscale") {
-            format_ = PixelFormat::Grayscale;
-        } else {
-            throw KernelError("ImageDecoder: pixel_format must be RGB, BGR or Grayscale, got '" + format + "'");
-        }
-    }
-
-    void compute(KernelContext& ctx) const override {
-        const Tensor& encoded = ctx.input(0);
-        if (encoded.type != TESS_ELEMENT_UINT8 || encoded.rank() != 1)
-            throw KernelError("ImageDecoder: encoded_stream must be a 1-D uint8 tensor, got shape " +
-                              shape_string(encoded.shape));
-        const int64_t channels = format_ == PixelFormat::Grayscale ? 1 : 3;
-        RgbImage image;
-        try {
-            image = decode_image(Bytes(encoded.ptr<uint8_t>(), static_cast<size_t>(encoded.size())));
-        } catch (const DecodeError&) {
-            image = RgbImage{};  // the spec's empty matrix for undecodable data
-        }
-        Tensor& out = ctx.output(0, TESS_ELEMENT_UINT8, {image.height, image.width, channels});
-        uint8_t* dst = out.ptr<uint8_t>();
-        const uint8_t* rgb = image.pixels.data();
-        const int64_t pixels = image.width * image.height;
-        switch (format_) {
-            case PixelFormat::RGB:
-                std::copy_n(rgb, pixels * 3, dst);
-                break;
-            case PixelFormat::BGR:
-                for (int64_t p = 0; p < pixels; ++p) {
-                    dst[3 * p] = rgb[3 * p + 2];
-                    dst[3 * p + 1] = rgb[3 * p + 1];
-                    dst[3 * p + 2] = rgb[3 * p];
-                }
-                break;
-            case PixelFormat::Grayscale:
-                // Pillow's convert("L"): ITU-R 601-2 luma in 16-bit fixed point, rounded.
-                for (int64_t p = 0; p < pixels; ++p) {
-                    const uint32_t luma = rgb[3 * p] * 19595u + rgb[3 * p + 1] * 38470u + rgb[3 * p + 2] * 7471u;
-                    dst[p] = static_cast<uint8_t>((luma + 0x8000u) >> 16);
-                }
-                break;
-        }
-    }
-
-private:
-    PixelFormat format_ = PixelFormat::RGB;
-};
-
 }  // namespace
 
-void register_image_decoder_kernels(KernelRegistry& registry) {
-    registry.add({"", "ImageDecoder", 20, 0, {{0, {TESS_ELEMENT_UINT8}}}, KernelMemory::Normal,
-                  make_factory<ImageDecoder>()});
+std::optional<PixelFormat> parse_pixel_format(std::string_view name) {
+    if (name == "RGB") return PixelFormat::RGB;
+    if (name == "BGR") return PixelFormat::BGR;
+    if (name == "Grayscale") return PixelFormat::Grayscale;
+    return std::nullopt;
 }
 
-}  // namespace tessera::cpu
+RgbImage decode_rgb(std::span<const uint8_t> encoded) {
+    try {
+        return decode_any(encoded);
+    } catch (const DecodeError&) {
+        return RgbImage{};  // the spec's empty matrix for undecodable data
+    }
+}
+
+void convert_pixels(const RgbImage& image, PixelFormat format, uint8_t* dst) {
+    const uint8_t* rgb = image.pixels.data();
+    const int64_t pixels = image.width * image.height;
+    switch (format) {
+        case PixelFormat::RGB:
+            std::copy_n(rgb, pixels * 3, dst);
+            break;
+        case PixelFormat::BGR:
+            for (int64_t p = 0; p < pixels; ++p) {
+                dst[3 * p] = rgb[3 * p + 2];
+                dst[3 * p + 1] = rgb[3 * p + 1];
+                dst[3 * p + 2] = rgb[3 * p];
+            }
+            break;
+        case PixelFormat::Grayscale:
+            // Pillow's convert("L"): ITU-R 601-2 luma in 16-bit fixed point, rounded.
+            for (int64_t p = 0; p < pixels; ++p) {
+                const uint32_t luma = rgb[3 * p] * 19595u + rgb[3 * p + 1] * 38470u + rgb[3 * p + 2] * 7471u;
+                dst[p] = static_cast<uint8_t>((luma + 0x8000u) >> 16);
+            }
+            break;
+    }
+}
+
+}  // namespace tessera::image
