@@ -6,7 +6,12 @@
  *  - Errors are TessStatus objects; a NULL TessStatus* means success.
  *  - Every struct passed across the boundary starts with `size_t struct_size` and only ever grows at its end,
  *    so a reader checks TESS_HAS_FIELD before touching a field that was added later.
- *  - Enumerations are passed as int32_t so that new values never change a struct's layout.
+ *  - Enumerations are passed as int32_t so that new values never change a struct's layout; a reader treats a value it
+ *    does not know as unsupported (declines, or reports it), never as undefined behaviour.
+ *  - No function returns by longjmp or lets an exception escape across the boundary.
+ *  - Versions: everything in this header exists since API 0.1 (ABI 1) unless its comment names a later version.
+ *    tessera.h marks each consumer function with the API version it appeared in; provider.h and custom_op.h mark
+ *    the fields appended within ABI 1.
  */
 #ifndef TESSERA_COMMON_H_
 #define TESSERA_COMMON_H_
@@ -101,7 +106,8 @@ typedef struct TessValue TessValue;
  * (a staging heap, a unified-memory device) sets host_accessible yet keeps its own name, and the core copies. */
 typedef struct TessMemoryKind {
     size_t struct_size;
-    const char* name;        /* "cpu", "cuda:0", ... ; static or owned by the provider for its lifetime */
+    const char* name;        /* "cpu", "cuda:0", ... ; static, or owned by the provider and valid until the instance
+                                that returned it is released */
     int32_t host_accessible; /* non-zero when the host may dereference the pointers */
     int32_t device_id;
 } TessMemoryKind;

@@ -1,0 +1,415 @@
+// The 8-bit integer products (MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv), DynamicQuantizeLinear and
+// the int8_gemm utility against plain references: exact int64 sums for the integer results, and for the requantized
+// ones the kernels' documented arithmetic (quantized_products.cc: float multiplier, float product, round half to
+// even, saturate) reproduced exactly, plus a dequantize-in-double reference they must match within one quantum.
+// Shapes cover M, N, K of 1, odd, and not multiples of 4 / 16 / 32 / 64, so every int8_gemm path (AMX, VNNI tiles
+// and their tails, the floating-point fallback) is exercised at each TESSERA_CPU_MAX_ISA level.
+#include <cfenv>
+
+#include "op_test_reference.h"
+#include "util/int8_gemm.h"
+
+namespace tessera::cpu {
+namespace {
+
+using namespace op_tests;
+
+const KernelRegistry& quant_registry() {
+    return testing::registry_with<register_quantize_kernels, register_quantized_product_kernels>();
+}
+
+template <typename T> std::vector<T> random_bytes(int64_t count, uint32_t seed) {
+    return random_values<T>(count, seed, std::is_signed_v<T> ? -128 : 0, std::is_signed_v<T> ? 127 : 255);
+}
+
+// Round half to even and saturate, in double (the ONNX requantization).
+template <typename Out> int64_t saturate_round(double v) {
+    const double r = std::nearbyint(v);
+    return static_cast<int64_t>(std::clamp(r, double(std::numeric_limits<Out>::min()),
+                                           double(std::numeric_limits<Out>::max())));
+}
+
+// The kernels' requantization of an exact int32 sum (see requantize_run): float(sum) * multiplier in float, then
+// round half to even, add the zero point, saturate.
+template <typename Out> int64_t kernel_requantize(int64_t sum, float multiplier, int64_t zero_point) {
+    const float product = static_cast<float>(static_cast<int32_t>(sum)) * multiplier;
+    return saturate_round<Out>(std::nearbyint(double(product)) + double(zero_point));
+}
+
+// ---- MatMulInteger / QLinearMatMul -----------------------------------------------------------------------------
+
+struct MatMulCase {
+    int64_t batch, M, K, N;
+    bool batched_b;  // B [batch, K, N] instead of a shared [K, N]
+};
+
+const MatMulCase kMatMulCases[] = {{1, 1, 1, 1, false},   {1, 1, 7, 5, false},    {1, 3, 4, 17, false},
+                                   {1, 5, 63, 33, false},  {1, 17, 130, 65, false}, {1, 64, 256, 64, false},
+                                   {1, 33, 5, 100, false}, {1, 70, 515, 37, false}, {3, 7, 9, 11, false},
+                                   {2, 6, 31, 45, true},   {1, 2, 3, 1, false}};
+
+// sums[p, m, n] = sum_k (A - za[m]) * (B - zb[n]), exact.
+template <typename TA, typename TB>
+std::vector<int64_t> reference_integer_matmul(const MatMulCase& c, const std::vector<TA>& A, const std::vector<TB>& B,
+                                              const std::vector<int64_t>& za, const std::vector<int64_t>& zb) {
+    std::vector<int64_t> y(static_cast<size_t>(c.batch * c.M * c.N));
+    for (int64_t p = 0; p < c.batch; ++p) {
+        const int64_t b_off = c.batched_b ? p * c.K * c.N : 0;
+        for (int64_t m = 0; m < c.M; ++m) {
+            for (int64_t n = 0; n < c.N; ++n) {
+                int64_t sum = 0;
+                for (int64_t k = 0; k < c.K; ++k) {
+                    sum += (int64_t(A[(p * c.M + m) * c.K + k]) - za[za.size() == 1 ? 0 : m]) *
+                           (int64_t(B[b_off + k * c.N + n]) - zb[zb.size() == 1 ? 0 : n]);
+                }
+                y[(p * c.M + m) * c.N + n] = sum;
+            }
+        }
+    }
+    return y;
+}
+
+Shape a_shape_of(const MatMulCase& c) { return c.batch == 1 ? Shape{c.M, c.K} : Shape{c.batch, c.M, c.K}; }
+Shape b_shape_of(const MatMulCase& c) { return c.batched_b ? Shape{c.batch, c.K, c.N} : Shape{c.K, c.N}; }
+
+// zero_mode: 0 none, 1 scalars, 2 per-row A and per-column B.
+template <typename TA, typename TB> void check_matmul_integer(const MatMulCase& c, int zero_mode, bool constant_b,
+                                                               uint32_t seed) {
+    const auto A = random_bytes<TA>(c.batch * c.M * c.K, seed);
+    const auto B = random_bytes<TB>(shape_size(b_shape_of(c)), seed + 1);
+    const auto za = random_bytes<TA>(zero_mode == 2 ? c.M : 1, seed + 2);
+    const auto zb = random_bytes<TB>(zero_mode == 2 ? c.N : 1, seed + 3);
+    NodeBuilder node("MatMulInteger", 10);
+    node.input(element_type_of<TA>());
+    const ValueHandle b_value = tensor<TB>(b_shape_of(c), B);
+    if (constant_b) node.constant_input(b_value);
+    else node.input(element_type_of<TB>());
+    std::vector<ValueHandle> inputs{tensor<TA>(a_shape_of(c), A), constant_b ? nullptr : b_value};
+    if (zero_mode != 0) {
+        node.input(element_type_of<TA>()).input(element_type_of<TB>());
+        inputs.push_back(zero_mode == 2 ? tensor<TA>({c.M}, za) : testing::scalar<TA>(za[0]));
+        inputs.push_back(zero_mode == 2 ? tensor<TB>({c.N}, zb) : testing::scalar<TB>(zb[0]));
+    }
+    node.output(TESS_ELEMENT_INT32);
+    const auto out = run_node(quant_registry(), node, inputs);
+    const std::vector<int64_t> no_zero{0};
+    const auto expected = reference_integer_matmul(c, A, B, zero_mode ? std::vector<int64_t>(za.begin(), za.end()) : no_zero,
+                                                   zero_mode ? std::vector<int64_t>(zb.begin(), zb.end()) : no_zero);
+    const auto got = values_of<int32_t>(*out[0]);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(int64_t(got[i]), expected[i]) << "MatMulInteger batch=" << c.batch << " M=" << c.M << " K=" << c.K
+                                                << " N=" << c.N << " zero_mode=" << zero_mode << " element " << i;
+    }
+}
+
+TEST(QuantizedOps, MatMulIntegerExact) {
+    uint32_t seed = 100;
+    for (const MatMulCase& c : kMatMulCases) {
+        for (int zero_mode = 0; zero_mode < 3; ++zero_mode) {
+            const bool constant_b = (seed & 1) != 0;
+            check_matmul_integer<uint8_t, int8_t>(c, zero_mode, constant_b, seed += 7);
+            check_matmul_integer<uint8_t, uint8_t>(c, zero_mode, !constant_b, seed += 7);
+            check_matmul_integer<int8_t, int8_t>(c, zero_mode, constant_b, seed += 7);
+            check_matmul_integer<int8_t, uint8_t>(c, zero_mode, !constant_b, seed += 7);
+        }
+    }
+}
+
+// per_channel: a_scale per row of A and b_scale / b_zero_point per column of B.
+template <typename TA, typename TB, typename TY> void check_qlinear_matmul(const MatMulCase& c, bool per_channel,
+                                                                           uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> scale_dist(0.002f, 0.05f);
+    const auto A = random_bytes<TA>(c.batch * c.M * c.K, seed + 1);
+    const auto B = random_bytes<TB>(shape_size(b_shape_of(c)), seed + 2);
+    const int64_t a_params = per_channel ? c.M : 1, b_params = per_channel ? c.N : 1;
+    const auto za = random_bytes<TA>(a_params, seed + 3);
+    const auto zb = random_bytes<TB>(b_params, seed + 4);
+    std::vector<float> as(a_params), bs(b_params);
+    for (float& s : as) s = scale_dist(rng);
+    for (float& s : bs) s = scale_dist(rng);
+    // y_scale so that outputs spread over the 8-bit range (the sums' spread is about 1e4 * sqrt(K)), some
+    // saturating.
+    const float ys = as[0] * bs[0] * std::sqrt(float(c.K)) * std::uniform_real_distribution<float>(60, 400)(rng);
+    const TY zy = random_bytes<TY>(1, seed + 5)[0];
+
+    NodeBuilder node("QLinearMatMul", 21);
+    const int32_t ta = element_type_of<TA>(), tb = element_type_of<TB>();
+    node.input(ta).input(TESS_ELEMENT_FLOAT32).input(ta).input(tb).input(TESS_ELEMENT_FLOAT32).input(tb);
+    node.input(TESS_ELEMENT_FLOAT32).input(element_type_of<TY>()).output(element_type_of<TY>());
+    auto vec_or_scalar = [](auto v, int64_t n) {
+        using T = typename decltype(v)::value_type;
+        return n == 1 ? testing::scalar<T>(v[0]) : tensor<T>({n}, v);
+    };
+    const auto out = run_node(quant_registry(), node,
+                              {tensor<TA>(a_shape_of(c), A), vec_or_scalar(as, a_params), vec_or_scalar(za, a_params),
+                               tensor<TB>(b_shape_of(c), B), vec_or_scalar(bs, b_params), vec_or_scalar(zb, b_params),
+                               testing::scalar<float>(ys), testing::scalar<TY>(zy)});
+    const auto sums = reference_integer_matmul(c, A, B, std::vector<int64_t>(za.begin(), za.end()),
+                                               std::vector<int64_t>(zb.begin(), zb.end()));
+    const auto got = values_of<TY>(*out[0]);
+    ASSERT_EQ(got.size(), sums.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+        const int64_t m = int64_t(i) / c.N % c.M, n = int64_t(i) % c.N;
+        const float a_s = as[per_channel ? m : 0], b_s = bs[per_channel ? n : 0];
+        // The kernel's arithmetic: multiplier (a_scale * b_scale) / y_scale in float.
+        const float multiplier = (a_s * b_s) / ys;
+        const int64_t exact = kernel_requantize<TY>(sums[i], multiplier, zy);
+        // The plain definition: dequantize, multiply in double, requantize.
+        const int64_t plain = saturate_round<TY>(double(sums[i]) * a_s * b_s / ys + zy);
+        const std::string where = "QLinearMatMul M=" + std::to_string(c.M) + " K=" + std::to_string(c.K) +
+                                  " N=" + std::to_string(c.N) + " element " + std::to_string(i);
+        ASSERT_EQ(int64_t(got[i]), exact) << where;
+        ASSERT_LE(std::abs(int64_t(got[i]) - plain), 1) << where;
+    }
+}
+
+TEST(QuantizedOps, QLinearMatMulMatchesRequantizedReference) {
+    uint32_t seed = 500;
+    for (const MatMulCase& c : kMatMulCases) {
+        for (bool per_channel : {false, true}) {
+            check_qlinear_matmul<uint8_t, int8_t, uint8_t>(c, per_channel, seed += 11);
+            check_qlinear_matmul<uint8_t, uint8_t, uint8_t>(c, per_channel, seed += 11);
+            check_qlinear_matmul<int8_t, int8_t, int8_t>(c, per_channel, seed += 11);
+            check_qlinear_matmul<uint8_t, int8_t, int8_t>(c, per_channel, seed += 11);
+        }
+    }
+}
+
+// ---- ConvInteger / QLinearConv ---------------------------------------------------------------------------------
+
+const std::vector<ConvCase>& integer_conv_cases() {
+    static const std::vector<ConvCase> cases{
+        {.x = {1, 3, 7, 7}, .out_channels = 5, .kernel = {3, 3}, .pads = {1, 1, 1, 1}},
+        {.x = {2, 3, 9, 11}, .out_channels = 4, .kernel = {3, 3}, .strides = {2, 2}, .pads = {1, 0, 2, 1}},
+        {.x = {1, 4, 10, 9}, .out_channels = 6, .kernel = {3, 2}, .group = 2, .strides = {1, 2}, .dilations = {2, 1},
+         .pads = {2, 0, 1, 3}},
+        {.x = {2, 6, 8, 7}, .out_channels = 6, .kernel = {3, 3}, .group = 6, .pads = {1, 1, 1, 1}},  // depthwise
+        {.x = {1, 5, 9, 8}, .out_channels = 5, .kernel = {5, 3}, .group = 5, .strides = {2, 3}, .dilations = {1, 2},
+         .pads = {2, 1, 0, 2}},  // depthwise, strided and dilated
+        {.x = {1, 4, 6, 6}, .out_channels = 8, .kernel = {3, 3}, .group = 4, .pads = {1, 1, 1, 1}},  // multiplier 2
+        {.x = {1, 17, 5, 7}, .out_channels = 33, .kernel = {1, 1}},                                 // pointwise
+        {.x = {1, 3, 6, 6}, .out_channels = 4, .kernel = {1, 1}, .strides = {2, 2}},                // strided 1x1
+        {.x = {1, 2, 9, 10}, .out_channels = 3, .kernel = {3, 3}, .strides = {2, 2}, .auto_pad = "SAME_UPPER"},
+        {.x = {1, 1, 1, 1}, .out_channels = 1, .kernel = {1, 1}},
+        {.x = {2, 3, 13}, .out_channels = 7, .kernel = {4}, .strides = {2}, .pads = {1, 2}},  // 1-D
+        {.x = {1, 2, 4, 5, 3}, .out_channels = 3, .kernel = {2, 3, 2}, .pads = {0, 1, 1, 1, 0, 0}},  // 3-D
+        {.x = {1, 19, 12, 12}, .out_channels = 70, .kernel = {3, 3}, .pads = {1, 1, 1, 1}},  // depth 171, M 70
+    };
+    return cases;
+}
+
+// Exact sums of the convolution of (x - x_zero) with (w - w_zero[m]), laid out as Y.
+template <typename TX, typename TW>
+std::vector<int64_t> reference_integer_conv(const ConvCase& c, const RefGeometry& g, const std::vector<TX>& x,
+                                            int64_t x_zero, const std::vector<TW>& w,
+                                            const std::vector<int64_t>& w_zero) {
+    std::vector<double> xs(x.size()), ws(w.size());
+    for (size_t i = 0; i < x.size(); ++i) xs[i] = double(x[i]) - double(x_zero);
+    const size_t per_filter = w.size() / size_t(c.out_channels);
+    for (size_t i = 0; i < w.size(); ++i) ws[i] = double(w[i]) - double(w_zero[w_zero.size() == 1 ? 0 : i / per_filter]);
+    // Integers far below 2^53: the double sums are exact.
+    const auto sums = reference_conv(c, g, xs, ws, {});
+    return {sums.begin(), sums.end()};
+}
+
+void add_window_attributes(NodeBuilder& node, const ConvCase& c) {
+    node.attr_int("group", c.group).attr_ints("kernel_shape", c.kernel);
+    if (!c.strides.empty()) node.attr_ints("strides", c.strides);
+    if (!c.dilations.empty()) node.attr_ints("dilations", c.dilations);
+    if (!c.pads.empty()) node.attr_ints("pads", c.pads);
+    if (!c.auto_pad.empty()) node.attr_string("auto_pad", c.auto_pad);
+}
+
+template <typename TX, typename TW> void check_conv_integer(const ConvCase& c, bool per_channel, uint32_t seed) {
+    const int64_t M = c.out_channels;
+    const Shape w_shape = concat({M, c.x[1] / c.group}, c.kernel);
+    const auto x = random_bytes<TX>(shape_size(c.x), seed);
+    const auto w = random_bytes<TW>(shape_size(w_shape), seed + 1);
+    const TX zx = random_bytes<TX>(1, seed + 2)[0];
+    const auto zw = random_bytes<TW>(per_channel ? M : 1, seed + 3);
+    NodeBuilder node("ConvInteger", 10);
+    node.input(element_type_of<TX>()).input(element_type_of<TW>()).input(element_type_of<TX>());
+    node.input(element_type_of<TW>()).output(TESS_ELEMENT_INT32);
+    add_window_attributes(node, c);
+    const auto out = run_node(quant_registry(), node,
+                              {tensor<TX>(c.x, x), tensor<TW>(w_shape, w), testing::scalar<TX>(zx),
+                               per_channel ? tensor<TW>({M}, zw) : testing::scalar<TW>(zw[0])});
+    const RefGeometry g = conv_geometry(c);
+    ASSERT_EQ(dims_of(out[0]), concat({c.x[0], M}, g.out));
+    const auto expected = reference_integer_conv(c, g, x, zx, w, std::vector<int64_t>(zw.begin(), zw.end()));
+    const auto got = values_of<int32_t>(*out[0]);
+    for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(int64_t(got[i]), expected[i]) << "ConvInteger x=" << shape_string(c.x) << " M=" << M
+                                                << " group=" << c.group << " element " << i;
+    }
+}
+
+TEST(QuantizedOps, ConvIntegerExact) {
+    uint32_t seed = 900;
+    for (const ConvCase& c : integer_conv_cases()) {
+        check_conv_integer<uint8_t, uint8_t>(c, false, seed += 5);
+        check_conv_integer<uint8_t, int8_t>(c, true, seed += 5);
+        check_conv_integer<int8_t, int8_t>(c, true, seed += 5);
+    }
+}
+
+template <typename TX, typename TW> void check_qlinear_conv(const ConvCase& c, bool per_channel, bool bias,
+                                                             uint32_t seed) {
+    const int64_t M = c.out_channels;
+    const Shape w_shape = concat({M, c.x[1] / c.group}, c.kernel);
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> scale_dist(0.002f, 0.05f);
+    const auto x = random_bytes<TX>(shape_size(c.x), seed + 1);
+    const auto w = random_bytes<TW>(shape_size(w_shape), seed + 2);
+    const TX zx = random_bytes<TX>(1, seed + 3)[0];
+    const auto zw = random_bytes<TW>(per_channel ? M : 1, seed + 4);
+    const TX zy = random_bytes<TX>(1, seed + 5)[0];  // y has x's type
+    const float xs = scale_dist(rng);
+    std::vector<float> ws(per_channel ? M : 1);
+    for (float& s : ws) s = scale_dist(rng);
+    const double depth = double(shape_size(w_shape) / M);
+    const float ys = xs * ws[0] * float(std::sqrt(depth)) * std::uniform_real_distribution<float>(60, 400)(rng);
+    const auto b = random_values<int32_t>(M, seed + 6, -20000, 20000);
+
+    NodeBuilder node("QLinearConv", 10);
+    const int32_t tx = element_type_of<TX>(), tw = element_type_of<TW>();
+    node.input(tx).input(TESS_ELEMENT_FLOAT32).input(tx).input(tw).input(TESS_ELEMENT_FLOAT32).input(tw);
+    node.input(TESS_ELEMENT_FLOAT32).input(tx);
+    if (bias) node.input(TESS_ELEMENT_INT32);
+    node.output(tx);
+    add_window_attributes(node, c);
+    std::vector<ValueHandle> inputs{tensor<TX>(c.x, x),
+                                    testing::scalar<float>(xs),
+                                    testing::scalar<TX>(zx),
+                                    tensor<TW>(w_shape, w),
+                                    per_channel ? tensor<float>({M}, ws) : testing::scalar<float>(ws[0]),
+                                    per_channel ? tensor<TW>({M}, zw) : testing::scalar<TW>(zw[0]),
+                                    testing::scalar<float>(ys),
+                                    testing::scalar<TX>(zy)};
+    if (bias) inputs.push_back(tensor<int32_t>({M}, b));
+    const auto out = run_node(quant_registry(), node, inputs);
+    const RefGeometry g = conv_geometry(c);
+    ASSERT_EQ(dims_of(out[0]), concat({c.x[0], M}, g.out));
+    const auto sums = reference_integer_conv(c, g, x, zx, w, std::vector<int64_t>(zw.begin(), zw.end()));
+    const auto got = values_of<TX>(*out[0]);
+    const int64_t positions = shape_size(g.out);
+    for (size_t i = 0; i < got.size(); ++i) {
+        const int64_t m = int64_t(i) / positions % M;
+        const int64_t sum = sums[i] + (bias ? b[m] : 0);
+        const float w_s = ws[per_channel ? m : 0];
+        const int64_t exact = kernel_requantize<TX>(sum, (xs * w_s) / ys, zy);
+        const int64_t plain = saturate_round<TX>(double(sum) * xs * w_s / ys + zy);
+        const std::string where = "QLinearConv x=" + shape_string(c.x) + " M=" + std::to_string(M) +
+                                  " group=" + std::to_string(c.group) + " element " + std::to_string(i);
+        ASSERT_EQ(int64_t(got[i]), exact) << where;
+        ASSERT_LE(std::abs(int64_t(got[i]) - plain), 1) << where;
+    }
+}
+
+TEST(QuantizedOps, QLinearConvMatchesRequantizedReference) {
+    uint32_t seed = 1300;
+    for (const ConvCase& c : integer_conv_cases()) {
+        check_qlinear_conv<uint8_t, int8_t>(c, false, true, seed += 7);
+        check_qlinear_conv<uint8_t, uint8_t>(c, true, false, seed += 7);
+        check_qlinear_conv<int8_t, int8_t>(c, true, true, seed += 7);
+    }
+}
+
+// ---- DynamicQuantizeLinear ---------------------------------------------------------------------------------------
+
+// The ONNX definition, in float as the spec's reference computes it: the range widened to include 0,
+// scale = (max - min) / 255, zero_point = saturate(round(-min / scale)), y = saturate(round(x / scale) + zero_point).
+void check_dynamic_quantize(const Shape& shape, const std::vector<float>& x) {
+    NodeBuilder node("DynamicQuantizeLinear", 11);
+    node.input(TESS_ELEMENT_FLOAT32).output(TESS_ELEMENT_UINT8).output(TESS_ELEMENT_FLOAT32).output(TESS_ELEMENT_UINT8);
+    const auto out = run_node(quant_registry(), node, {tensor<float>(shape, x)});
+    float lo = 0.0f, hi = 0.0f;
+    for (float v : x) lo = std::min(lo, v), hi = std::max(hi, v);
+    const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;  // a zero range: the kernel's documented 1/255
+    const float zero = std::nearbyint(std::clamp(-lo / scale, 0.0f, 255.0f));
+    ASSERT_EQ(values_of<float>(*out[1])[0], scale) << shape_string(shape);
+    ASSERT_EQ(int(values_of<uint8_t>(*out[2])[0]), int(zero)) << shape_string(shape);
+    const auto y = values_of<uint8_t>(*out[0]);
+    ASSERT_EQ(dims_of(out[0]), shape);
+    for (size_t i = 0; i < x.size(); ++i) {
+        const float q = std::nearbyint(x[i] / scale) + zero;
+        ASSERT_EQ(int(y[i]), int(std::clamp(q, 0.0f, 255.0f))) << shape_string(shape) << " element " << i;
+    }
+}
+
+TEST(QuantizedOps, DynamicQuantizeLinearExact) {
+    ASSERT_EQ(std::fegetround(), FE_TONEAREST);
+    const Shape shapes[] = {{1}, {7}, {3, 17}, {2, 5, 33}, {20001}, {4, 9000}};
+    uint32_t seed = 40;
+    for (const Shape& s : shapes) {
+        const int64_t n = shape_size(s);
+        check_dynamic_quantize(s, random_values<float>(n, ++seed, -3.0, 5.0));
+        check_dynamic_quantize(s, random_values<float>(n, ++seed, 0.5, 2.0));      // positive: min widened to 0
+        check_dynamic_quantize(s, random_values<float>(n, ++seed, -7.0, -0.25));   // negative: max widened to 0
+        check_dynamic_quantize(s, std::vector<float>(size_t(n), 0.0f));            // zero range
+    }
+    // Values on exact half quanta: x = (k + 0.5) * scale for a range that makes scale exactly 1.
+    std::vector<float> halves{0.0f, 255.0f, 0.5f, 1.5f, 2.5f, 100.5f, 253.5f};
+    check_dynamic_quantize({int64_t(halves.size())}, halves);
+}
+
+// ---- int8_gemm ---------------------------------------------------------------------------------------------------
+
+// C = (A - a_zero[m]) x (B - b_zero[n]) through the utility directly, B packed from a row-major or a transposed
+// source, with padded leading dimensions.
+template <typename TA, typename TB> void check_int8_gemm(int64_t M, int64_t N, int64_t K, bool transposed_b,
+                                                         bool zeros, uint32_t seed) {
+    const int64_t lda = K + 3, ldc = N + 5, ldb = (transposed_b ? K : N) + 2;
+    const auto A = random_bytes<TA>(M * lda, seed);
+    const auto Bsrc = random_bytes<TB>((transposed_b ? N : K) * ldb, seed + 1);
+    auto za = random_values<int32_t>(M, seed + 2, std::is_signed_v<TA> ? -128 : 0, std::is_signed_v<TA> ? 127 : 255);
+    auto zb = random_values<int32_t>(N, seed + 3, std::is_signed_v<TB> ? -128 : 0, std::is_signed_v<TB> ? 127 : 255);
+    const Int8PackedB packed(Bsrc.data(), std::is_signed_v<TB>, K, N, transposed_b ? 1 : ldb, transposed_b ? ldb : 1,
+                             &testing::test_pool());
+    std::vector<int32_t> C(size_t(M * ldc), 0x5a5a5a5a);
+    int8_gemm(testing::test_pool(), M, A.data(), std::is_signed_v<TA>, lda, packed, zeros ? za.data() : nullptr,
+              zeros ? zb.data() : nullptr, C.data(), ldc);
+    for (int64_t m = 0; m < M; ++m) {
+        for (int64_t n = 0; n < N; ++n) {
+            int64_t sum = 0;
+            for (int64_t k = 0; k < K; ++k) {
+                const int64_t b = transposed_b ? Bsrc[n * ldb + k] : Bsrc[k * ldb + n];
+                sum += (int64_t(A[m * lda + k]) - (zeros ? za[m] : 0)) * (b - (zeros ? zb[n] : 0));
+            }
+            ASSERT_EQ(C[m * ldc + n], int32_t(sum)) << "int8_gemm M=" << M << " N=" << N << " K=" << K
+                                                    << " transposed=" << transposed_b << " at " << m << "," << n;
+        }
+        for (int64_t n = N; n < ldc; ++n) ASSERT_EQ(C[m * ldc + n], 0x5a5a5a5a) << "wrote past N";
+    }
+}
+
+TEST(QuantizedOps, Int8GemmExact) {
+    const int64_t shapes[][3] = {{1, 1, 1},    {1, 1, 3},    {2, 31, 5},    {6, 32, 4},    {7, 33, 17},
+                                 {13, 64, 63}, {32, 16, 65}, {33, 97, 130}, {65, 100, 515}, {3, 200, 1},
+                                 {100, 3, 1027}};
+    uint32_t seed = 2000;
+    for (const auto& s : shapes) {
+        for (int variant = 0; variant < 2; ++variant) {
+            check_int8_gemm<uint8_t, int8_t>(s[0], s[1], s[2], variant, variant == 0, seed += 4);
+            check_int8_gemm<uint8_t, uint8_t>(s[0], s[1], s[2], !variant, true, seed += 4);
+            check_int8_gemm<int8_t, int8_t>(s[0], s[1], s[2], variant, true, seed += 4);
+            check_int8_gemm<int8_t, uint8_t>(s[0], s[1], s[2], !variant, variant == 1, seed += 4);
+        }
+    }
+}
+
+// Sums beyond 2^31 wrap to 32 bits (the header's contract, as ONNX allows): 70000 products of 255 * 255.
+TEST(QuantizedOps, Int8GemmWrapsTo32Bits) {
+    const int64_t M = 2, N = 3, K = 70000;
+    const std::vector<uint8_t> A(size_t(M * K), 255), B(size_t(K * N), 255);
+    const Int8PackedB packed(B.data(), false, K, N, N, 1, &testing::test_pool());
+    std::vector<int32_t> C(size_t(M * N));
+    int8_gemm(testing::test_pool(), M, A.data(), false, K, packed, nullptr, nullptr, C.data(), N);
+    const int64_t exact = int64_t(K) * 255 * 255;
+    for (int32_t c : C) EXPECT_EQ(c, int32_t(uint32_t(uint64_t(exact))));
+}
+
+}  // namespace
+}  // namespace tessera::cpu
