@@ -1,5 +1,6 @@
 #include "session/compile_graph.h"
 
+#include <algorithm>
 #include <functional>
 #include <set>
 #include <unordered_map>
@@ -92,6 +93,24 @@ void describe_partitions(const Graph& graph, std::vector<CompiledPartition>& com
     }
 }
 
+// Whether a provider other than the one a group went to would claim any of its nodes: only then can a failed compile
+// be retried elsewhere.  (Providers asked before the owner declined its nodes; later ones are asked here.)
+bool has_alternatives(const PartitionRequest& request, const PartitionResult& plan) {
+    const Graph& graph = *request.graph;
+    for (size_t p = 0; p < request.providers.size(); ++p) {
+        if (request.skipped.count(p)) continue;
+        std::vector<size_t> others;  // nodes the plan gives to other providers
+        for (const auto& group : plan.groups)
+            if (group.provider != p) others.insert(others.end(), group.nodes.begin(), group.nodes.end());
+        if (others.empty()) continue;
+        std::sort(others.begin(), others.end());
+        const std::vector<ProviderInstance*> one{request.providers[p]};
+        for (int owner : place_nodes(one, graph, others))
+            if (owner >= 0) return true;
+    }
+    return false;
+}
+
 }  // namespace
 
 CompiledGraph compile_graph(Graph& graph, const std::vector<InstanceRef>& instances, bool strict, Profiler* profiler) {
@@ -100,13 +119,14 @@ CompiledGraph compile_graph(Graph& graph, const std::vector<InstanceRef>& instan
     request.strict = strict;
     for (const auto& instance : instances) request.providers.push_back(instance.get());
 
-    // With one provider no partition is ever compiled twice (its failure ends session creation), so a constant is
-    // freed the moment its last reader has copied it: a model's weights are not held twice while they are packed.
-    // With several providers a failed compile re-partitions and compiles again, so frees wait for the last attempt.
+    // When no node of the plan could go to another provider, no partition is ever compiled twice (a failed compile
+    // ends session creation), so a constant is freed the moment its last reader has copied it: a model's weights
+    // are not held twice while they are packed.  Otherwise a failed compile re-partitions and compiles again, so
+    // frees wait for the last attempt.
     std::unordered_map<std::string, size_t> readers_left;
     std::function<void(size_t, size_t)> free_at_release;
     size_t freed_early = 0;
-    if (instances.size() == 1) {
+    auto free_early = [&] {
         readers_left = count_constant_readers(graph);
         free_at_release = [&graph, &readers_left, &freed_early](size_t node, size_t input) {
             if (node >= graph.nodes.size() || input >= graph.nodes[node].inputs.size()) return;
@@ -117,13 +137,14 @@ CompiledGraph compile_graph(Graph& graph, const std::vector<InstanceRef>& instan
             freed_early += constant->second->byte_size;
             graph.initializers.erase(constant);
         };
-    }
+    };
     CompiledGraph result;
     for (size_t attempt = 0;; ++attempt) {
         std::set<std::pair<size_t, size_t>> released_reads;  // constants the compiled partitions copied
         const int64_t partition_start = Profiler::now_ns();
         PartitionResult plan = partition_graph(request);  // throws once a node is left to no provider
         request.skipped.insert(plan.failed_queries.begin(), plan.failed_queries.end());  // asked once per session
+        if (attempt == 0 && !has_alternatives(request, plan)) free_early();
         result.partition_end_ns = Profiler::now_ns();
         if (profiler != nullptr)
             profiler->session_phase("partition", partition_start, result.partition_end_ns,

@@ -337,3 +337,49 @@ def test_linear_layer_under_other_instruction_sets():
         for p in (path, path + ".x.npy"):
             if os.path.exists(p):
                 os.remove(p)
+
+
+_PEAK_SCRIPT = textwrap.dedent("""
+    import sys
+    import tessera
+
+    def peak_kib():
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+    env = tessera.Environment()  # every default plugin: cpu and the image provider (two host providers)
+    before = peak_kib()
+    session = tessera.InferenceSession(sys.argv[1], environment=env, intra_op_threads=1)
+    print(peak_kib() - before, ",".join(sorted({p["provider"] for p in session.get_partitions()})),
+          ",".join(env.providers()))
+""")
+
+
+def test_weights_are_freed_while_compiling_beside_other_providers(tmp_path):
+    """Eight 16 MiB MatMul weights, packed at session creation: each original is freed as soon as it is packed, so the
+    peak holds the packed copies and about one original, not both sets, also when another provider (the image
+    provider, which claims none of these nodes) takes part in the session."""
+    rng = np.random.default_rng(5)
+    n, layers = 2048, 8
+    nodes, inits, h = [], [], "x"
+    for i in range(layers):
+        inits.append(numpy_helper.from_array((rng.standard_normal((n, n)) / n).astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [h, f"w{i}"], [f"h{i}"]))
+        h = f"h{i}"
+    graph = helper.make_graph(nodes, "stack", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
+                              [helper.make_tensor_value_info(h, TensorProto.FLOAT, [1, n])], initializer=inits)
+    path = tmp_path / "stack.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(tessera.__file__)),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, str(path)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    growth_kib, used, loaded = done.stdout.split()
+    if "image" not in loaded.split(","):
+        pytest.skip("the image provider is not built: only one provider takes part")
+    assert used == "cpu"
+    weights_kib = layers * n * n * 4 // 1024
+    # Held once: the packed copies, one original in flight, the file's bytes while it parses.  Held twice would be
+    # at least 2x the weights.
+    assert int(growth_kib) < 1.6 * weights_kib, (growth_kib, weights_kib)
