@@ -150,6 +150,21 @@ void infer_bias_split_gelu(onnx::InferenceContext& ctx) {
     set_output(ctx, 0, x);
 }
 
+// DynamicQuantizeLSTM: Y [seq, directions, batch, hidden], Y_h and Y_c [directions, batch, hidden], all float.
+void infer_lstm(onnx::InferenceContext& ctx) {
+    const auto* direction = ctx.getAttribute("direction");
+    const int64_t directions = direction != nullptr && direction->s() == "bidirectional" ? 2 : 1;
+    const int64_t hidden = onnx::getAttribute(ctx, "hidden_size", int64_t{-1});
+    Dims x;
+    const bool known = input_dims(ctx, 0, x) && x.size() == 3;
+    for (size_t n = 0; n < 3 && n < ctx.getNumOutputs(); ++n) {
+        onnx::updateOutputElemType(ctx, n, onnx::TensorProto::FLOAT);
+        if (!known) continue;
+        if (n == 0) set_output(ctx, 0, {x[0], directions, x[1], hidden});
+        else set_output(ctx, n, {directions, x[1], hidden});
+    }
+}
+
 struct Param {
     const char* name;
     bool optional = false;
@@ -167,9 +182,15 @@ onnx::OpSchema make(const char* op, std::vector<Param> inputs, std::vector<Param
         schema.Output(static_cast<int>(i), outputs[i].name, "", outputs[i].type,
                       outputs[i].optional ? onnx::OpSchema::Optional : onnx::OpSchema::Single);
     schema.TypeConstraint("T", {"tensor(float)", "tensor(float16)", "tensor(bfloat16)", "tensor(double)"}, "");
-    bool statistics = false;
-    for (const Param& p : outputs) statistics = statistics || std::string(p.type) == "U";
-    if (statistics) schema.TypeConstraint("U", {"tensor(float)"}, "");
+    auto uses = [&](const char* type) {
+        for (const auto* list : {&inputs, &outputs})
+            for (const Param& p : *list)
+                if (std::string(p.type) == type) return true;
+        return false;
+    };
+    if (uses("U")) schema.TypeConstraint("U", {"tensor(float)"}, "");
+    if (uses("Q")) schema.TypeConstraint("Q", {"tensor(int8)", "tensor(uint8)"}, "");
+    if (uses("I")) schema.TypeConstraint("I", {"tensor(int32)"}, "");
     schema.TypeAndShapeInferenceFunction(std::move(infer));
     schema.Finalize();
     return schema;
@@ -200,6 +221,11 @@ const std::map<std::string, onnx::OpSchema>& schemas() {
             [](onnx::InferenceContext& ctx) { infer_product(ctx, false); });
         add("FusedGemm", {{"A"}, {"B"}, {"C", true}}, {{"Y"}}, infer_gemm);
         add("FusedConv", {{"X"}, {"W"}, {"B", true}, {"Z", true}}, {{"Y"}}, infer_conv);
+        add("DynamicQuantizeLSTM",
+            {{"X"}, {"W", false, "Q"}, {"R", false, "Q"}, {"B", true}, {"sequence_lens", true, "I"}, {"initial_h", true},
+             {"initial_c", true}, {"P", true}, {"W_scale"}, {"W_zero_point", false, "Q"}, {"R_scale"},
+             {"R_zero_point", false, "Q"}},
+            {{"Y", true}, {"Y_h", true}, {"Y_c", true}}, infer_lstm);
         return t;
     }();
     return table;

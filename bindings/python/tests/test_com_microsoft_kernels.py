@@ -633,3 +633,64 @@ def test_embed_layer_normalization_float16_tables(rng):
     half, single = run(F16), run(F32)
     assert half.dtype == F16
     np.testing.assert_allclose(half.astype(F32), single, rtol=2e-3, atol=2e-3)
+
+
+# ---- DynamicQuantizeLSTM (onnxruntime's quantized LSTM: its activation quantization follows its thread count) -----
+
+LSTM_CASES = [
+    # (direction, batch, lengths, hidden, extras)
+    ("forward", 1, None, 16, ()),
+    ("reverse", 3, [5, 2, 4], 24, ("initial",)),
+    ("bidirectional", 2, [5, 3], 16, ("peephole", "per_column")),
+    ("bidirectional", 6, [5, 1, 4, 5, 2, 3], 20, ("initial", "uint8", "no_y")),
+    ("forward", 5, [5, 5, 5, 5, 5], 300, ("per_column",)),  # a batch over 4 is split whatever the hidden size
+    ("forward", 3, [5, 4, 5], 300, ()),  # 2-4 rows with hidden over 256: one group for every thread count
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", LSTM_CASES, ids=[f"{c[0]}-b{c[1]}-h{c[3]}-{'-'.join(c[4]) or 'plain'}"
+                                                   for c in LSTM_CASES])
+def test_dynamic_quantize_lstm(rng, case, threads):
+    direction, batch, lengths, hidden, extras = case
+    dirs = 2 if direction == "bidirectional" else 1
+    steps, features = 5, 12
+    wtype = U8 if "uint8" in extras else S8
+    per_column = (dirs, 4 * hidden) if "per_column" in extras else (dirs,)
+    inputs = [
+        ("X", rng.standard_normal((steps, batch, features)).astype(np.float32)),
+        ("W", q(rng, wtype, (dirs, features, 4 * hidden))),
+        ("R", q(rng, wtype, (dirs, hidden, 4 * hidden))),
+        ("B", (rng.standard_normal((dirs, 8 * hidden)) * 0.1).astype(np.float32)),
+        ("sequence_lens", np.array(lengths, np.int32) if lengths else None),
+        ("initial_h", rng.standard_normal((dirs, batch, hidden)).astype(np.float32) if "initial" in extras else None),
+        ("initial_c", rng.standard_normal((dirs, batch, hidden)).astype(np.float32) if "initial" in extras else None),
+        ("P", (rng.standard_normal((dirs, 3 * hidden)) * 0.1).astype(np.float32) if "peephole" in extras else None),
+        ("W_scale", fscale(rng, 0.001, 0.01, per_column)),
+        # onnxruntime takes per-column zero points only when they are 0.
+        ("W_zero_point", zp(rng, wtype, per_column, spread=0 if len(per_column) == 2 else 3)),
+        ("R_scale", fscale(rng, 0.001, 0.01, per_column)),
+        ("R_zero_point", zp(rng, wtype, per_column, spread=0 if len(per_column) == 2 else 3)),
+    ]
+    outputs = [("Y_h", np.float32), ("Y_c", np.float32)] if "no_y" in extras else \
+        [("Y", np.float32), ("Y_h", np.float32), ("Y_c", np.float32)]
+    if "no_y" in extras:
+        outputs = [("", np.float32)] + outputs
+    model = one_node_model("DynamicQuantizeLSTM", inputs, [o for o in outputs if o[0]],
+                           constants=("W", "R", "W_scale", "W_zero_point", "R_scale", "R_zero_point"),
+                           direction=direction, hidden_size=hidden)
+    if "no_y" in extras:  # the node has no Y: a finished row then feeds its last state to the next product
+        node = model.graph.node[0]
+        node.output[:] = [""] + list(node.output)
+    feeds = {name: value for name, value in inputs
+             if value is not None and name not in ("W", "R", "W_scale", "W_zero_point", "R_scale", "R_zero_point")}
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = threads
+    theirs = ort.InferenceSession(model.SerializeToString(), options,
+                                  providers=["CPUExecutionProvider"]).run(None, feeds)
+    session = tessera.InferenceSession(model.SerializeToString(), providers=["cpu"], strict=True,
+                                       intra_op_threads=threads)
+    ours = session.run(None, feeds)
+    # Same quantizations, so the same integers: what differs is the last bits of exp and tanh.
+    assert_near(ours, theirs, rtol=2e-5)

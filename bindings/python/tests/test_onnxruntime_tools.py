@@ -79,6 +79,42 @@ def decoder_feeds(rng, batch, past, sequence):
     return quantized_models.decoder_feeds(rng, DECODER_SHAPE, batch, past, sequence)
 
 
+def lstm_model(seed, steps=12, batch=2, features=32, hidden=48):
+    """An OCR recognizer's sequence head: a bidirectional LSTM over per-column features (sequence lengths given),
+    then a linear layer over both directions' states; seeded real-size weights."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(seed)
+    scale = 1.0 / np.sqrt(hidden)
+    weights = {
+        "W": rng.uniform(-scale, scale, (2, 4 * hidden, features)),
+        "R": rng.uniform(-scale, scale, (2, 4 * hidden, hidden)),
+        "B": rng.uniform(-scale, scale, (2, 8 * hidden)),
+        "proj": rng.standard_normal((2 * hidden, 20)) * 0.2,
+        "shape": np.array([steps, batch, 2 * hidden], np.int64),
+    }
+    nodes = [
+        helper.make_node("LSTM", ["x", "W", "R", "B", "lengths"], ["y", "y_h"], direction="bidirectional",
+                         hidden_size=hidden),
+        helper.make_node("Transpose", ["y"], ["y_t"], perm=[0, 2, 1, 3]),  # [steps, batch, 2, hidden]
+        helper.make_node("Reshape", ["y_t", "shape"], ["y_flat"]),
+        helper.make_node("MatMul", ["y_flat", "proj"], ["logits"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "lstm_head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, batch, features]),
+         helper.make_tensor_value_info("lengths", TensorProto.INT32, [batch])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [steps, batch, 20]),
+         helper.make_tensor_value_info("y_h", TensorProto.FLOAT, [2, batch, hidden])],
+        initializer=[numpy_helper.from_array(v.astype(np.float32) if v.dtype == np.float64 else v, k)
+                     for k, v in weights.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+def lstm_feeds(rng, steps=12, batch=2, features=32):
+    return {"x": rng.standard_normal((steps, batch, features)).astype(np.float32),
+            "lengths": np.array([steps, steps - 3], np.int32)}
+
+
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory):
     """The float32 source models, their test inputs and calibration inputs."""
@@ -92,8 +128,12 @@ def sources(tmp_path_factory):
     onnx.save(quantized_models.llm_decoder(7, **DECODER_SHAPE), decoder)
     # A prompt of 8 tokens, then one decoding step after a cache of 8 for a batch of 2.
     decoder_steps = [decoder_feeds(rng, 1, 0, 8), decoder_feeds(rng, 2, 8, 1)]
+    lstm = directory / "lstm.onnx"
+    onnx.save(lstm_model(11), lstm)
+    lstm_rng = np.random.default_rng(2027)  # its own, so the other models' inputs stay what they were
     return {
         "dir": directory,
+        "lstm": (str(lstm), [lstm_feeds(lstm_rng) for _ in range(INPUTS)], None),
         "decoder": (str(decoder), decoder_steps, None),
         "mobilenetv2": (str(mobilenet), [mobilenet_feeds(rng) for _ in range(INPUTS)],
                         [mobilenet_feeds(rng) for _ in range(3)]),
@@ -179,6 +219,7 @@ Q = quantization.QuantFormat
 CASES = [
     ("mobilenetv2-dynamic", "mobilenetv2", quantize_dynamic, None),
     ("bert-dynamic", "bert", quantize_dynamic, None),
+    ("lstm-dynamic", "lstm", quantize_dynamic, None),  # DynamicQuantizeLSTM, as in an OCR recognizer from PyPI
     ("mobilenetv2-static-qdq", "mobilenetv2", quantize_static(Q.QDQ), None),
     ("bert-static-qdq", "bert", quantize_static(Q.QDQ), None),
     ("mobilenetv2-static-qoperator", "mobilenetv2", quantize_static(Q.QOperator), None),
@@ -223,9 +264,15 @@ def last_bit_perturbed(path, target, seed=0):
     return target
 
 
+# Both runtimes use this many threads: onnxruntime's quantized LSTM quantizes its batch in groups that follow its
+# thread count (kernels/contrib/dynamic_quantize_lstm.cc), so the two must agree on it.
+THREADS = 2
+
+
 def run_onnxruntime(path, feeds, level):
     options = ort.SessionOptions()
     options.graph_optimization_level = level
+    options.intra_op_num_threads = THREADS
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
@@ -249,7 +296,7 @@ def test_model_from_onnxruntime_tool(case, sources):
     unoptimized_source = tool(source, target, calibration) or target
 
     perturbed = last_bit_perturbed(target, target + ".perturbed.onnx")
-    session = tessera.InferenceSession(target)
+    session = tessera.InferenceSession(target, intra_op_threads=THREADS)
     noise, error, magnitude = 0.0, 0.0, 0.0
     for step_feeds in feeds:
         reference = run_onnxruntime(target, step_feeds, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)

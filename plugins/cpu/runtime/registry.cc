@@ -41,6 +41,7 @@ void register_all_kernels(KernelRegistry& registry) {
     register_contrib_bias_activation_kernels(registry);
     register_contrib_skip_normalization_kernels(registry);
     register_contrib_fused_product_kernels(registry);
+    register_contrib_dynamic_quantize_lstm_kernels(registry);
 }
 
 }  // namespace tessera::cpu
