@@ -55,7 +55,8 @@ void infer_product(onnx::InferenceContext& ctx, bool with_attributes) {
     if (!input_dims(ctx, 0, a) || !input_dims(ctx, 1, b) || a.empty() || b.empty()) return;
     auto attr = [&](const char* name) { return with_attributes && onnx::getAttribute(ctx, name, 0) != 0; };
     auto matrix = [](Dims dims, bool trans_batch, bool trans, bool left, Dims& batch) -> std::pair<int64_t, int64_t> {
-        if (dims.size() == 1) return left ? std::pair<int64_t, int64_t>{1, dims[0]} : std::pair<int64_t, int64_t>{dims[0], 1};
+        using Matrix = std::pair<int64_t, int64_t>;
+        if (dims.size() == 1) return left ? Matrix{1, dims[0]} : Matrix{dims[0], 1};
         if (trans_batch && dims.size() >= 3) std::rotate(dims.begin(), dims.begin() + 1, dims.end() - 1);
         batch.assign(dims.begin(), dims.end() - 2);
         int64_t rows = dims[dims.size() - 2], cols = dims.back();
@@ -222,8 +223,8 @@ const std::map<std::string, onnx::OpSchema>& schemas() {
         add("FusedGemm", {{"A"}, {"B"}, {"C", true}}, {{"Y"}}, infer_gemm);
         add("FusedConv", {{"X"}, {"W"}, {"B", true}, {"Z", true}}, {{"Y"}}, infer_conv);
         add("DynamicQuantizeLSTM",
-            {{"X"}, {"W", false, "Q"}, {"R", false, "Q"}, {"B", true}, {"sequence_lens", true, "I"}, {"initial_h", true},
-             {"initial_c", true}, {"P", true}, {"W_scale"}, {"W_zero_point", false, "Q"}, {"R_scale"},
+            {{"X"}, {"W", false, "Q"}, {"R", false, "Q"}, {"B", true}, {"sequence_lens", true, "I"},
+             {"initial_h", true}, {"initial_c", true}, {"P", true}, {"W_scale"}, {"W_zero_point", false, "Q"}, {"R_scale"},
              {"R_zero_point", false, "Q"}},
             {{"Y", true}, {"Y_h", true}, {"Y_c", true}}, infer_lstm);
         return t;

@@ -76,7 +76,8 @@ TypedField typed_field(const onnx::TensorProto& proto, int32_t type, size_t coun
         default: break;
     }
     const support::ElementTypeInfo info = support::element_type_info(type);
-    if (info.bytes == 0 && info.bits != 0 && 8 % info.bits == 0) return {"int32_data", bytes, count, proto.int32_data_size()};
+    if (info.bytes == 0 && info.bits != 0 && 8 % info.bits == 0)
+        return {"int32_data", bytes, count, proto.int32_data_size()};
     return {"int32_data", count, count, proto.int32_data_size()};
 }
 

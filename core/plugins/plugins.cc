@@ -578,7 +578,8 @@ PluginRecord PluginManager::load_in_process(PluginRecord record) {
         const TessProviderApi* api = exports.providers[i];
         if (api == nullptr || api->struct_size < offsetof(TessProviderApi, copy_from_host) + sizeof(void*) ||
             api->name == nullptr || api->create_instance == nullptr || api->get_capability == nullptr ||
-            api->compile == nullptr || api->release_compiled == nullptr || api->compute == nullptr || api->allocate == nullptr || api->free == nullptr)
+            api->compile == nullptr || api->release_compiled == nullptr || api->compute == nullptr ||
+            api->allocate == nullptr || api->free == nullptr)
             return finish(TESS_PLUGIN_SKIPPED, fmt::format("init failed: provider table {} is incomplete", i));
         auto provider = std::make_shared<Provider>();
         provider->name = api->name;
