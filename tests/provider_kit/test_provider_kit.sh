@@ -36,6 +36,13 @@ if [ -d "$node" ]; then
   # The image provider: ImageDecoder, which no other provider runs, held to the cases' expected outputs.
   check "image: its ImageDecoder cases" kit image 0 "$plugins/libtessera_image.so" --cases "$node"
   check "  ... all 9 pass" grep -Eq '^  ImageDecoder +9 +0 +0' "$work/image.txt"
+  # The CUDA provider where this machine has a GPU (its plugin reports itself unavailable otherwise).
+  if [ -f "$plugins/libtessera_cuda.so" ] &&
+     "$tessera" plugins 2>/dev/null | grep -Eq '^  loaded +tessera-cuda'; then
+    check "cuda: every node case it claims" kit cuda 0 "$plugins/libtessera_cuda.so" --cases "$node"
+  else
+    echo "skip cuda: no usable GPU here (the CUDA provider reports itself unavailable)"
+  fi
   # A provider right only at the case's own shapes: the expected outputs pass, the batch-size check catches it.
   check "a provider sized for one shape fails" kit sized 1 "$sized" --cases "$node" --ops Relu
   check "  ... test_relu fails at another batch size" grep -Eq "test_relu\b.*another batch size" "$work/sized.txt"
