@@ -51,11 +51,11 @@ std::string decline_reason(const TessNodeView& node, image::PixelFormat& format)
     return "";
 }
 
-// One ImageDecoder of a compiled group: where its input comes from (a group input, or an earlier node's output)
-// and which group outputs it gives.
+// One ImageDecoder of a compiled group: the group input it reads and the group output it gives.  ImageDecoder's
+// output (H, W, C) cannot feed another one's 1-D input, so every step reads a group input and writes a group output.
 struct Step {
     image::PixelFormat format = image::PixelFormat::RGB;
-    std::string input, output;
+    size_t input = 0, output = 0;
 };
 
 }  // namespace
@@ -63,8 +63,7 @@ struct Step {
 struct TessProviderInstance {};
 
 struct TessCompiled {
-    std::vector<std::string> inputs, outputs;  // the group's, in the core's order
-    std::vector<Step> steps;                   // topological order
+    std::vector<Step> steps;  // topological order
 };
 
 namespace {
@@ -90,16 +89,20 @@ TessStatus* get_capability(TessProviderInstance*, const TessGraphView* graph, Te
 TessStatus* compile(TessProviderInstance*, const TessGraphView* graph, TessCompiled** out) {
     return guarded("image: compile", [&] {
         auto compiled = std::make_unique<TessCompiled>();
-        for (size_t i = 0; i < graph->input_count; ++i) compiled->inputs.emplace_back(graph->inputs[i]->name);
-        for (size_t o = 0; o < graph->output_count; ++o) compiled->outputs.emplace_back(graph->outputs[o]->name);
+        // The position of `name` among `count` group values.
+        auto position = [](const TessValueView* const* values, size_t count, const char* name) {
+            for (size_t i = 0; i < count; ++i)
+                if (std::strcmp(values[i]->name, name) == 0) return i;
+            fail(TESS_STATUS_INTERNAL, std::string("image: '") + name + "' is not among the group's values");
+        };
         for (size_t n = 0; n < graph->node_count; ++n) {
             const TessNodeView& node = *graph->nodes[n];
             Step step;
             const std::string why = decline_reason(node, step.format);
             if (!why.empty()) fail(TESS_STATUS_INVALID_ARGUMENT, why);
-            step.input = node.inputs[0]->name;
-            step.output = node.outputs[0]->name;
-            compiled->steps.push_back(std::move(step));
+            step.input = position(graph->inputs, graph->input_count, node.inputs[0]->name);
+            step.output = position(graph->outputs, graph->output_count, node.outputs[0]->name);
+            compiled->steps.push_back(step);
         }
         *out = compiled.release();
     });
@@ -127,17 +130,9 @@ TessValue* decode(const TessValue* encoded, image::PixelFormat format, TessCompu
 TessStatus* compute(TessCompiled* compiled, TessComputeContext* context) {
     return guarded("image: compute", [&] {
         for (const Step& step : compiled->steps) {
-            size_t input = 0;
-            while (input < compiled->inputs.size() && compiled->inputs[input] != step.input) ++input;
-            size_t output = 0;
-            while (output < compiled->outputs.size() && compiled->outputs[output] != step.output) ++output;
-            // ImageDecoder's output (H, W, C) cannot feed another one's 1-D input, so every step reads a group input
-            // and writes a group output.
-            if (input == compiled->inputs.size() || output == compiled->outputs.size())
-                fail(TESS_STATUS_INTERNAL, "image: a compiled step is not wired to the group's inputs and outputs");
-            const TessValue* encoded = g_host->compute_input(context, input);
+            const TessValue* encoded = g_host->compute_input(context, step.input);
             if (encoded == nullptr) fail(TESS_STATUS_INVALID_ARGUMENT, "image: ImageDecoder's input is missing");
-            decode(encoded, step.format, context, output);
+            decode(encoded, step.format, context, step.output);
         }
     });
 }

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,18 +68,35 @@ QuantizedWeights quantized_weights(const std::string& name, const Tensor& w, con
     return q;
 }
 
+// Every direction of a weight, packed.
+std::vector<QuantizedWeights> quantized_directions(const std::string& name, const Tensor& w, const Tensor& scale,
+                                                   const Tensor* zero, int64_t K, int64_t N) {
+    std::vector<QuantizedWeights> all;
+    for (int64_t d = 0; d < w.shape[0]; ++d) all.push_back(quantized_weights(name, w, scale, zero, d, K, N));
+    return all;
+}
+
+// The buffers of one run's products, reused from step to step.
+struct ProductScratch {
+    std::vector<uint8_t> quantized;
+    std::vector<int32_t> sums, a_zero;
+    std::vector<float> multiplier;
+};
+
 // out[m, n] (+)= float(sum) * (a_scale * w_scale[n]) for the rows of A quantized here; `accumulate` adds onto out.
 void quantized_product(ThreadPool& pool, const float* a, int64_t M, int64_t K, const QuantizedWeights& w, float* out,
-                       bool accumulate) {
+                       bool accumulate, ProductScratch& scratch) {
     const int64_t N = w.packed.columns();
+    scratch.quantized.resize(static_cast<size_t>(M * K));
+    scratch.sums.resize(static_cast<size_t>(M * N));
+    scratch.multiplier.resize(static_cast<size_t>(N));
     Tensor source{TESS_ELEMENT_FLOAT32, Shape{M, K}, const_cast<float*>(a), nullptr};
-    std::vector<uint8_t> quantized(static_cast<size_t>(M * K));
-    Tensor target{TESS_ELEMENT_UINT8, Shape{M, K}, quantized.data(), nullptr};
+    Tensor target{TESS_ELEMENT_UINT8, Shape{M, K}, scratch.quantized.data(), nullptr};
     const quant::DynamicQuantization q = quant::dynamic_quantize_uint8(pool, source, target);
-    std::vector<int32_t> sums(static_cast<size_t>(M * N));
-    const std::vector<int32_t> a_zero(static_cast<size_t>(M), q.zero_point);
-    int8_gemm(pool, M, quantized.data(), false, K, w.packed, a_zero.data(), w.zeros.data(), sums.data(), N);
-    std::vector<float> multiplier(static_cast<size_t>(N));
+    scratch.a_zero.assign(static_cast<size_t>(M), q.zero_point);
+    int32_t* sums = scratch.sums.data();
+    int8_gemm(pool, M, scratch.quantized.data(), false, K, w.packed, scratch.a_zero.data(), w.zeros.data(), sums, N);
+    float* multiplier = scratch.multiplier.data();
     for (int64_t n = 0; n < N; ++n) multiplier[n] = q.scale * w.scales[n];
     for (int64_t m = 0; m < M; ++m)
         for (int64_t n = 0; n < N; ++n) {
@@ -102,20 +120,23 @@ public:
         else if (direction != "forward")
             throw KernelError("DynamicQuantizeLSTM: direction must be forward, reverse or bidirectional");
         if (hidden_ < 1) throw KernelError("DynamicQuantizeLSTM: hidden_size must be positive");
+        // Constant weights (what quantize_dynamic writes) are packed once; the model's copies are then released.
+        prepack(info, 1, 8, 9, "W", packed_w_, w_shape_);
+        prepack(info, 2, 10, 11, "R", packed_r_, r_shape_);
     }
 
     void compute(KernelContext& ctx) const override {
         const Tensor& X = ctx.input(0);
-        const Tensor& W = ctx.input(1);
-        const Tensor& R = ctx.input(2);
+        const Shape& w_shape = packed_w_.empty() ? ctx.input(1).shape : w_shape_;
+        const Shape& r_shape = packed_r_.empty() ? ctx.input(2).shape : r_shape_;
         if (X.type != TESS_ELEMENT_FLOAT32) throw_unsupported_type("DynamicQuantizeLSTM X", X.type);
         const int64_t H = hidden_, G = 4 * H, D = directions_;
         if (X.rank() != 3) throw KernelError("DynamicQuantizeLSTM: X must be [seq, batch, input], got " + shape_string(X.shape));
         const int64_t steps = X.shape[0], batch = X.shape[1], input = X.shape[2];
-        if (W.shape != Shape{D, input, G})
-            throw KernelError("DynamicQuantizeLSTM: W " + shape_string(W.shape) + " must be " + shape_string({D, input, G}));
-        if (R.shape != Shape{D, H, G})
-            throw KernelError("DynamicQuantizeLSTM: R " + shape_string(R.shape) + " must be " + shape_string({D, H, G}));
+        if (w_shape != Shape{D, input, G})
+            throw KernelError("DynamicQuantizeLSTM: W " + shape_string(w_shape) + " must be " + shape_string({D, input, G}));
+        if (r_shape != Shape{D, H, G})
+            throw KernelError("DynamicQuantizeLSTM: R " + shape_string(r_shape) + " must be " + shape_string({D, H, G}));
         auto optional_float = [&](size_t i, const Shape& shape, const char* name) -> const float* {
             if (!ctx.has_input(i)) return nullptr;
             const Tensor& t = ctx.input(i);
@@ -154,14 +175,20 @@ public:
         const int64_t threads = std::max<int64_t>(1, pool.size());
         const bool split = batch > 4 || (batch >= 2 && H <= 256);
         const int64_t group = split ? (batch + threads - 1) / threads : std::max<int64_t>(batch, 1);
+        std::vector<QuantizedWeights> w_here, r_here;  // weights that are not constants, packed for this run
+        if (packed_w_.empty()) w_here = quantized_directions("W", ctx.input(1), ctx.input(8), w_zero, input, G);
+        if (packed_r_.empty()) r_here = quantized_directions("R", ctx.input(2), ctx.input(10), r_zero, H, G);
+        const std::vector<QuantizedWeights>& w_all = packed_w_.empty() ? w_here : packed_w_;
+        const std::vector<QuantizedWeights>& r_all = packed_r_.empty() ? r_here : packed_r_;
+        ProductScratch scratch;
         for (int64_t d = 0; d < D; ++d) {
             const bool backward = reverse_ || d == 1;
-            const QuantizedWeights w = quantized_weights("W", W, ctx.input(8), w_zero, d, input, G);
-            const QuantizedWeights r = quantized_weights("R", R, ctx.input(10), r_zero, d, H, G);
+            const QuantizedWeights& w = w_all[d];
+            const QuantizedWeights& r = r_all[d];
             // The product with W for the first max_length steps at once (a backward row reads them in reverse).
             std::vector<float> x_gates(static_cast<size_t>(max_length * batch * G), 0.0f);
             if (max_length * batch > 0 && input > 0)
-                quantized_product(pool, X.ptr<float>(), max_length * batch, input, w, x_gates.data(), false);
+                quantized_product(pool, X.ptr<float>(), max_length * batch, input, w, x_gates.data(), false, scratch);
             std::vector<float> h(static_cast<size_t>(batch * H), 0.0f), c(static_cast<size_t>(batch * H), 0.0f);
             if (initial_h != nullptr) std::copy_n(initial_h + d * batch * H, batch * H, h.begin());
             if (initial_c != nullptr) std::copy_n(initial_c + d * batch * H, batch * H, c.begin());
@@ -180,7 +207,7 @@ public:
                 }
                 for (int64_t first = 0; first < batch && H > 0; first += group) {
                     const int64_t rows = std::min(group, batch - first);
-                    quantized_product(pool, &fed[first * H], rows, H, r, &gates[first * G], true);
+                    quantized_product(pool, &fed[first * H], rows, H, r, &gates[first * G], true, scratch);
                 }
                 for (int64_t b = 0; b < batch; ++b) {
                     if (s >= lengths[b]) continue;
@@ -200,6 +227,17 @@ public:
     }
 
 private:
+    // Packs weight input `index` (with its scale and zero point inputs) when all three are constants, and releases it.
+    static void prepack(const NodeInfo& info, size_t index, size_t scale, size_t zero, const char* name,
+                        std::vector<QuantizedWeights>& packed, Shape& shape) {
+        const std::optional<Tensor> w = info.constant_tensor(index), s = info.constant_tensor(scale);
+        const std::optional<Tensor> z = info.has_input(zero) ? info.constant_tensor(zero) : std::nullopt;
+        if (!w || !s || (info.has_input(zero) && !z) || w->rank() != 3) return;
+        packed = quantized_directions(name, *w, *s, z ? &*z : nullptr, w->shape[1], w->shape[2]);
+        shape = w->shape;
+        info.release_constant(index);
+    }
+
     // One batch row's gates (i, o, f, c pre-activations, products summed) to its new h and c.
     void step_row(float* g, const float* bias, const float* p, float* h, float* c) const {
         const int64_t H = hidden_;
@@ -234,6 +272,8 @@ private:
     bool declares_y_;  // the node has a Y output (what a finished row feeds the next step depends on it)
     int64_t directions_ = 1;
     bool reverse_ = false;
+    std::vector<QuantizedWeights> packed_w_, packed_r_;  // per direction, when W / R are constants
+    Shape w_shape_, r_shape_;
     float clip_;
     bool input_forget_;
 };
