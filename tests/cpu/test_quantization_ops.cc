@@ -196,6 +196,8 @@ const std::vector<ConvCase>& integer_conv_cases() {
         {.x = {2, 3, 13}, .out_channels = 7, .kernel = {4}, .strides = {2}, .pads = {1, 2}},  // 1-D
         {.x = {1, 2, 4, 5, 3}, .out_channels = 3, .kernel = {2, 3, 2}, .pads = {0, 1, 1, 1, 0, 0}},  // 3-D
         {.x = {1, 19, 12, 12}, .out_channels = 70, .kernel = {3, 3}, .pads = {1, 1, 1, 1}},  // depth 171, M 70
+        {.x = {2, 40, 9, 10}, .out_channels = 67, .kernel = {1, 1}},  // 3 row blocks, a partial panel, 2 images
+        {.x = {1, 70, 6, 6}, .out_channels = 40, .kernel = {3, 3}, .group = 2, .pads = {1, 1, 1, 1}},  // groups of 20
     };
     return cases;
 }
@@ -222,7 +224,9 @@ void add_window_attributes(NodeBuilder& node, const ConvCase& c) {
     if (!c.auto_pad.empty()) node.attr_string("auto_pad", c.auto_pad);
 }
 
-template <typename TX, typename TW> void check_conv_integer(const ConvCase& c, bool per_channel, uint32_t seed) {
+// constant_w: the filters are an initializer, which the kernel packs when it is created.
+template <typename TX, typename TW>
+void check_conv_integer(const ConvCase& c, bool per_channel, bool constant_w, uint32_t seed) {
     const int64_t M = c.out_channels;
     const Shape w_shape = concat({M, c.x[1] / c.group}, c.kernel);
     const auto x = random_bytes<TX>(shape_size(c.x), seed);
@@ -230,11 +234,14 @@ template <typename TX, typename TW> void check_conv_integer(const ConvCase& c, b
     const TX zx = random_bytes<TX>(1, seed + 2)[0];
     const auto zw = random_bytes<TW>(per_channel ? M : 1, seed + 3);
     NodeBuilder node("ConvInteger", 10);
-    node.input(element_type_of<TX>()).input(element_type_of<TW>()).input(element_type_of<TX>());
-    node.input(element_type_of<TW>()).output(TESS_ELEMENT_INT32);
+    const ValueHandle w_value = tensor<TW>(w_shape, w);
+    node.input(element_type_of<TX>());
+    if (constant_w) node.constant_input(w_value);
+    else node.input(element_type_of<TW>());
+    node.input(element_type_of<TX>()).input(element_type_of<TW>()).output(TESS_ELEMENT_INT32);
     add_window_attributes(node, c);
     const auto out = run_node(quant_registry(), node,
-                              {tensor<TX>(c.x, x), tensor<TW>(w_shape, w), testing::scalar<TX>(zx),
+                              {tensor<TX>(c.x, x), constant_w ? nullptr : w_value, testing::scalar<TX>(zx),
                                per_channel ? tensor<TW>({M}, zw) : testing::scalar<TW>(zw[0])});
     const RefGeometry g = conv_geometry(c);
     ASSERT_EQ(dims_of(out[0]), concat({c.x[0], M}, g.out));
@@ -249,14 +256,15 @@ template <typename TX, typename TW> void check_conv_integer(const ConvCase& c, b
 TEST(QuantizedOps, ConvIntegerExact) {
     uint32_t seed = 900;
     for (const ConvCase& c : integer_conv_cases()) {
-        check_conv_integer<uint8_t, uint8_t>(c, false, seed += 5);
-        check_conv_integer<uint8_t, int8_t>(c, true, seed += 5);
-        check_conv_integer<int8_t, int8_t>(c, true, seed += 5);
+        check_conv_integer<uint8_t, uint8_t>(c, false, false, seed += 5);
+        check_conv_integer<uint8_t, int8_t>(c, true, true, seed += 5);
+        check_conv_integer<int8_t, int8_t>(c, true, false, seed += 5);
+        check_conv_integer<int8_t, uint8_t>(c, false, true, seed += 5);
     }
 }
 
-template <typename TX, typename TW> void check_qlinear_conv(const ConvCase& c, bool per_channel, bool bias,
-                                                             uint32_t seed) {
+template <typename TX, typename TW>
+void check_qlinear_conv(const ConvCase& c, bool per_channel, bool bias, bool constant_w, uint32_t seed) {
     const int64_t M = c.out_channels;
     const Shape w_shape = concat({M, c.x[1] / c.group}, c.kernel);
     std::mt19937 rng(seed);
@@ -275,15 +283,18 @@ template <typename TX, typename TW> void check_qlinear_conv(const ConvCase& c, b
 
     NodeBuilder node("QLinearConv", 10);
     const int32_t tx = element_type_of<TX>(), tw = element_type_of<TW>();
-    node.input(tx).input(TESS_ELEMENT_FLOAT32).input(tx).input(tw).input(TESS_ELEMENT_FLOAT32).input(tw);
-    node.input(TESS_ELEMENT_FLOAT32).input(tx);
+    const ValueHandle w_value = tensor<TW>(w_shape, w);
+    node.input(tx).input(TESS_ELEMENT_FLOAT32).input(tx);
+    if (constant_w) node.constant_input(w_value);
+    else node.input(tw);
+    node.input(TESS_ELEMENT_FLOAT32).input(tw).input(TESS_ELEMENT_FLOAT32).input(tx);
     if (bias) node.input(TESS_ELEMENT_INT32);
     node.output(tx);
     add_window_attributes(node, c);
     std::vector<ValueHandle> inputs{tensor<TX>(c.x, x),
                                     testing::scalar<float>(xs),
                                     testing::scalar<TX>(zx),
-                                    tensor<TW>(w_shape, w),
+                                    constant_w ? nullptr : w_value,
                                     per_channel ? tensor<float>({M}, ws) : testing::scalar<float>(ws[0]),
                                     per_channel ? tensor<TW>({M}, zw) : testing::scalar<TW>(zw[0]),
                                     testing::scalar<float>(ys),
@@ -311,9 +322,11 @@ template <typename TX, typename TW> void check_qlinear_conv(const ConvCase& c, b
 TEST(QuantizedOps, QLinearConvMatchesRequantizedReference) {
     uint32_t seed = 1300;
     for (const ConvCase& c : integer_conv_cases()) {
-        check_qlinear_conv<uint8_t, int8_t>(c, false, true, seed += 7);
-        check_qlinear_conv<uint8_t, uint8_t>(c, true, false, seed += 7);
-        check_qlinear_conv<int8_t, int8_t>(c, true, true, seed += 7);
+        check_qlinear_conv<uint8_t, int8_t>(c, false, true, false, seed += 7);
+        check_qlinear_conv<uint8_t, int8_t>(c, true, true, true, seed += 7);
+        check_qlinear_conv<uint8_t, uint8_t>(c, true, false, true, seed += 7);
+        check_qlinear_conv<int8_t, int8_t>(c, true, true, false, seed += 7);
+        check_qlinear_conv<int8_t, int8_t>(c, false, false, true, seed += 7);
     }
 }
 

@@ -246,10 +246,19 @@ void fallback_gemm(ThreadPool& pool, int64_t M, const void* A, bool a_signed, in
 
 bool int8_gemm_uses_vnni() { return isa() != Isa::Fallback; }
 
+namespace {
+
+// Groups of 4 bytes of K in a packed operand: AMX steps through K 64 bytes (16 groups) at a time.
+int64_t packed_groups(int64_t K) {
+    const int64_t groups = (K + 3) / 4;
+    return isa() == Isa::Amx ? (groups + 15) / 16 * 16 : groups;
+}
+
+}  // namespace
+
 Int8PackedB::Int8PackedB(const void* data, bool is_signed, int64_t K, int64_t N, int64_t row_stride,
                          int64_t column_stride, ThreadPool* pool)
-    : K_(K), N_(N), signed_(is_signed), groups_((K + 3) / 4) {
-    if (isa() == Isa::Amx) groups_ = (groups_ + 15) / 16 * 16;  // whole 64-byte steps of K
+    : K_(K), N_(N), signed_(is_signed), groups_(packed_groups(K)) {
     const auto* bytes = static_cast<const uint8_t*>(data);
     const uint8_t flip = is_signed ? 0 : 0x80;  // uint8 b - 128 is b ^ 0x80 read as int8
     if (!int8_gemm_uses_vnni()) {
@@ -315,52 +324,43 @@ Int8PackedB::Int8PackedB(const void* data, bool is_signed, int64_t K, int64_t N,
 #endif
 }
 
-void int8_gemm(ThreadPool& pool, int64_t M, const void* A, bool a_signed, int64_t lda, const Int8PackedB& B,
-               const int32_t* a_zero, const int32_t* b_zero, int32_t* C, int64_t ldc) {
-    const int64_t K = B.depth(), N = B.columns(), groups = B.groups(), stride = groups * 4;
+namespace {
+
+// The product of a packed A and B: into C (row stride ldc), or into `sink` when it is given.
+void packed_gemm(ThreadPool& pool, const Int8PackedA& A, const Int8PackedB& B, const int32_t* a_zero,
+                 const int32_t* b_zero, int32_t* C, int64_t ldc, const Int8GemmSink* sink) {
+    const int64_t M = A.rows(), K = B.depth(), N = B.columns();
+    if (A.depth() != K) throw KernelError("int8 matrix product: the packed operands' depths differ");
     if (M <= 0 || N <= 0) return;
-    if (K == 0) {
-        for (int64_t m = 0; m < M; ++m) std::fill(C + m * ldc, C + m * ldc + N, 0);
-        return;
-    }
-    if (!int8_gemm_uses_vnni()) {
-        fallback_gemm(pool, M, A, a_signed, lda, B, a_zero, b_zero, C, ldc);
+    if (K == 0 || !int8_gemm_uses_vnni()) {
+        // The sums of the whole product first (the fallback computes them at once), then handed on row by row.
+        std::vector<int32_t> own;
+        if (sink != nullptr) {
+            own.resize(static_cast<size_t>(M * N));
+            C = own.data();
+            ldc = N;
+        }
+        if (K == 0) {
+            for (int64_t m = 0; m < M; ++m) std::fill(C + m * ldc, C + m * ldc + N, 0);
+        } else {
+            fallback_gemm(pool, M, A.data(), A.is_signed(), K, B, a_zero, b_zero, C, ldc);
+        }
+        if (sink != nullptr) {
+            pool.parallel_for(M, std::max<int64_t>(1, 16384 / N), [&](int64_t first, int64_t last) {
+                sink->write(first, last - first, 0, N, C + first * ldc, ldc);
+            });
+        }
         return;
     }
 #if TESSERA_CPU_X86  // the VNNI and AMX paths
     const bool amx = isa() == Isa::Amx;
+    const int64_t groups = B.groups(), stride = groups * 4;
     const int64_t tile_rows = amx ? kAmxTileRows : kVnniTileRows;
     const int64_t row_blocks = (M + tile_rows - 1) / tile_rows;
+    const uint8_t* a_shifted = A.data();
+    const uint32_t* row_sums = A.row_sums();
 
-    // A' with rows padded to whole groups (the padding meets zeros in B) and, for AMX, to whole row blocks (rows
-    // of zeros whose sums are dropped), and its row sums.
-    std::vector<uint8_t> a_shifted(static_cast<size_t>((amx ? row_blocks * tile_rows : M) * stride), 0);
-    std::vector<uint32_t> row_sums(static_cast<size_t>(M));
-    const auto* a_bytes = static_cast<const uint8_t*>(A);
-    const uint8_t flip = a_signed ? 0x80 : 0;  // int8 a + 128 is a ^ 0x80 read as uint8
-    pool.parallel_for(M, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, K)), [&](int64_t first, int64_t last) {
-        for (int64_t m = first; m < last; ++m) {
-            const uint8_t* src = a_bytes + m * lda;
-            uint32_t sum = 0;
-            if (amx) {  // tile order: [row block of 32][step][2 tiles][16 rows][64 bytes]
-                uint8_t* dst = a_shifted.data() + (m / 32) * 32 * stride + (m % 32) * 64;
-                for (int64_t k = 0; k < K; ++k) {
-                    const uint8_t value = src[k] ^ flip;
-                    dst[(k / 64) * 2048 + k % 64] = value;
-                    sum += value;
-                }
-            } else {
-                uint8_t* dst = a_shifted.data() + m * stride;
-                for (int64_t k = 0; k < K; ++k) {
-                    dst[k] = static_cast<uint8_t>(src[k] ^ flip);
-                    sum += dst[k];
-                }
-            }
-            row_sums[m] = sum;
-        }
-    });
-
-    const uint32_t a_shift = a_signed ? 128u : 0u, b_shift = B.is_signed() ? 0u : 128u;
+    const uint32_t a_shift = A.is_signed() ? 128u : 0u, b_shift = B.is_signed() ? 0u : 128u;
     std::vector<uint32_t> zb(static_cast<size_t>(N));
     for (int64_t n = 0; n < N; ++n) zb[n] = (b_zero ? static_cast<uint32_t>(b_zero[n]) : 0u) - b_shift;
     const auto* column_sums = reinterpret_cast<const uint32_t*>(B.column_sums());
@@ -377,21 +377,91 @@ void int8_gemm(ThreadPool& pool, int64_t M, const void* A, bool a_signed, int64_
                 const int64_t p = t / row_blocks, m0 = (t % row_blocks) * tile_rows;
                 const int64_t rows = std::min(tile_rows, M - m0);
                 const int64_t n0 = p * kPanel, columns = std::min(kPanel, N - n0);
-                if (amx) amx_tile(a_shifted.data() + m0 * stride, B.panel(p), groups / 16, tile);
-                else kVnniTiles[rows](a_shifted.data() + m0 * stride, stride, B.panel(p), groups, tile);
+                if (amx) amx_tile(a_shifted + m0 * stride, B.panel(p), groups / 16, tile);
+                else kVnniTiles[rows](a_shifted + m0 * stride, stride, B.panel(p), groups, tile);
                 for (int64_t r = 0; r < rows; ++r) {
                     const int64_t m = m0 + r;
                     const uint32_t za = a_shift + (a_zero ? static_cast<uint32_t>(a_zero[m]) : 0u);
                     const uint32_t row_term = depth * za - row_sums[m];
+                    // With a sink the tile is corrected in place and handed over whole.
+                    int32_t* out = sink != nullptr ? tile + r * kPanel : C + m * ldc + n0;
                     correct_tile_row(reinterpret_cast<const uint32_t*>(tile + r * kPanel), zb.data() + n0, row_term,
-                                     za, column_sums + n0, C + m * ldc + n0, columns);
+                                     za, column_sums + n0, out, columns);
                 }
+                if (sink != nullptr) sink->write(m0, rows, n0, columns, tile, kPanel);
             }
             if (amx) amx_end();
         });
 #else
-    static_cast<void>(groups), static_cast<void>(stride);  // used by the VNNI and AMX paths only
+    static_cast<void>(a_zero), static_cast<void>(b_zero), static_cast<void>(C), static_cast<void>(ldc);
 #endif
+}
+
+}  // namespace
+
+Int8PackedA::Int8PackedA(const void* data, bool is_signed, int64_t M, int64_t K, int64_t lda, ThreadPool* pool)
+    : M_(M), K_(K), signed_(is_signed) {
+    const auto* bytes = static_cast<const uint8_t*>(data);
+    if (!int8_gemm_uses_vnni()) {  // the fallback reads the operand as it is
+        data_.resize(static_cast<size_t>(M * K));
+        for (int64_t m = 0; m < M; ++m) std::copy(bytes + m * lda, bytes + m * lda + K, data_.begin() + m * K);
+        return;
+    }
+    const bool amx = isa() == Isa::Amx;
+    const int64_t stride = packed_groups(K) * 4;
+    const int64_t padded_rows = amx ? (M + kAmxTileRows - 1) / kAmxTileRows * kAmxTileRows : M;
+    // Rows padded to whole groups (the padding meets zeros in B) and, for AMX, to whole row blocks (rows of zeros
+    // whose sums are dropped).
+    data_.assign(static_cast<size_t>(padded_rows * stride), 0);
+    row_sums_.resize(static_cast<size_t>(M));
+    const uint8_t flip = is_signed ? 0x80 : 0;  // int8 a + 128 is a ^ 0x80 read as uint8
+    auto pack_rows = [&](int64_t first, int64_t last) {
+        for (int64_t m = first; m < last; ++m) {
+            const uint8_t* src = bytes + m * lda;
+            uint32_t sum = 0;
+            if (amx) {  // tile order: [row block of 32][step][2 tiles][16 rows][64 bytes]
+                uint8_t* dst = data_.data() + (m / 32) * 32 * stride + (m % 32) * 64;
+                for (int64_t k = 0; k < K; ++k) {
+                    const uint8_t value = src[k] ^ flip;
+                    dst[(k / 64) * 2048 + k % 64] = value;
+                    sum += value;
+                }
+            } else {
+                uint8_t* dst = data_.data() + m * stride;
+                for (int64_t k = 0; k < K; ++k) {
+                    dst[k] = static_cast<uint8_t>(src[k] ^ flip);
+                    sum += dst[k];
+                }
+            }
+            row_sums_[m] = sum;
+        }
+    };
+    if (pool != nullptr) pool->parallel_for(M, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, K)), pack_rows);
+    else pack_rows(0, M);
+}
+
+void int8_gemm(ThreadPool& pool, const Int8PackedA& A, const Int8PackedB& B, const int32_t* a_zero,
+               const int32_t* b_zero, const Int8GemmSink& sink) {
+    packed_gemm(pool, A, B, a_zero, b_zero, nullptr, 0, &sink);
+}
+
+void int8_gemm(ThreadPool& pool, const Int8PackedA& A, const Int8PackedB& B, const int32_t* a_zero,
+               const int32_t* b_zero, int32_t* C, int64_t ldc) {
+    packed_gemm(pool, A, B, a_zero, b_zero, C, ldc, nullptr);
+}
+
+void int8_gemm(ThreadPool& pool, int64_t M, const void* A, bool a_signed, int64_t lda, const Int8PackedB& B,
+               const int32_t* a_zero, const int32_t* b_zero, int32_t* C, int64_t ldc) {
+    if (M <= 0 || B.columns() <= 0) return;
+    if (!int8_gemm_uses_vnni()) {  // the fallback reads A in place
+        if (B.depth() == 0) {
+            for (int64_t m = 0; m < M; ++m) std::fill(C + m * ldc, C + m * ldc + B.columns(), 0);
+            return;
+        }
+        fallback_gemm(pool, M, A, a_signed, lda, B, a_zero, b_zero, C, ldc);
+        return;
+    }
+    packed_gemm(pool, Int8PackedA(A, a_signed, M, B.depth(), lda, &pool), B, a_zero, b_zero, C, ldc, nullptr);
 }
 
 }  // namespace tessera::cpu

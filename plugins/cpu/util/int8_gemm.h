@@ -47,6 +47,50 @@ private:
     std::vector<int32_t> column_sums_;  // VNNI layout only: sums over k of the stored values
 };
 
+// An M x K operand of int8 or uint8 elements prepared once for int8_gemm: a constant operand (a convolution's
+// filters) packs when its kernel is created instead of on every product.  With a pool, the packing is split
+// across it.
+class Int8PackedA {
+public:
+    Int8PackedA() = default;
+    Int8PackedA(const void* data, bool is_signed, int64_t M, int64_t K, int64_t lda, ThreadPool* pool = nullptr);
+
+    int64_t rows() const { return M_; }
+    int64_t depth() const { return K_; }
+    bool is_signed() const { return signed_; }
+
+    // Layout (details for int8_gemm): AMX/VNNI: the uint8 form A' (int8 values shifted by +128) with rows padded
+    // to whole groups of 4 (AMX: to 64-byte steps of K and 32-row blocks, in tile order), and its row sums;
+    // otherwise the bytes as given with row stride K.
+    const uint8_t* data() const { return data_.data(); }
+    const uint32_t* row_sums() const { return row_sums_.data(); }
+
+private:
+    int64_t M_ = 0, K_ = 0;
+    bool signed_ = false;
+    std::vector<uint8_t> data_;
+    std::vector<uint32_t> row_sums_;
+};
+
+// Where int8_gemm delivers the sums instead of a C matrix: an epilogue (a requantization, say) that consumes
+// them while they are in cache.
+class Int8GemmSink {
+public:
+    virtual ~Int8GemmSink() = default;
+    // sums[r * ld + j] = C[m0 + r, n0 + j] for r < rows, j < columns.  Called from the pool's workers, once for
+    // every block of a tiling of C; calls may run concurrently and must not throw.
+    virtual void write(int64_t m0, int64_t rows, int64_t n0, int64_t columns, const int32_t* sums,
+                       int64_t ld) const = 0;
+};
+
+// C = (A - a_zero) x (B - b_zero) as below, for A packed once, delivered to `sink`.
+void int8_gemm(ThreadPool& pool, const Int8PackedA& A, const Int8PackedB& B, const int32_t* a_zero,
+               const int32_t* b_zero, const Int8GemmSink& sink);
+
+// The same into C (row stride ldc).
+void int8_gemm(ThreadPool& pool, const Int8PackedA& A, const Int8PackedB& B, const int32_t* a_zero,
+               const int32_t* b_zero, int32_t* C, int64_t ldc);
+
 // C[m, n] = sum_k (A[m, k] - a_zero[m]) * (B[k, n] - b_zero[n]), wrapped to 32 bits, for m < M and
 // n < B.columns().  A is M x B.depth() uint8 (a_signed false) or int8 elements with row stride lda; a_zero holds M
 // values and b_zero B.columns() values (null: zero).  Splits the work across the pool; call it from outside any

@@ -60,57 +60,52 @@ struct OutputQuantization {
     IntegerRange range{0, 255};
 };
 
-// 8 lanes of an 8-bit type (vector_size cannot apply to a template parameter directly).
-template <typename T> struct Lanes8;
-template <> struct Lanes8<uint8_t> { using type = uint8_t __attribute__((vector_size(8))); };
-template <> struct Lanes8<int8_t> { using type = int8_t __attribute__((vector_size(8))); };
+// vec::kLanes lanes of an 8-bit type (vector_size cannot apply to a template parameter directly).
+template <typename T> struct ByteLanes;
+template <> struct ByteLanes<uint8_t> { using type = uint8_t __attribute__((vector_size(vec::kLanes))); };
+template <> struct ByteLanes<int8_t> { using type = int8_t __attribute__((vector_size(vec::kLanes))); };
 
 // y[i] = saturate(round_half_even(f32(float(sums[i] + bias) * multiplier)) + zero_point) for i < n, the sum wrapping
 // to 32 bits; the multiplier (a float) is multipliers[i], or multipliers[0] for all when `uniform`.  The product is
-// rounded to float, as onnxruntime's requantization rounds it: in double, the rare product that lands within half
-// a float ulp of a .5 rounds the other way, and a quantized network then disagrees with onnxruntime from that
-// layer on.  The rounding itself runs in double, where the values are limited to just outside the output range so
-// that the trick (v + 1.5 * 2^52) - 1.5 * 2^52 applies.
-template <typename Out> void requantize_run(const int32_t* sums, int32_t bias, const double* multipliers, bool uniform,
+// rounded to float, as onnxruntime's requantization rounds it (in double, the rare product that lands within half a
+// float ulp of a .5 rounds the other way, and a quantized network then disagrees with onnxruntime from that layer
+// on).  The product is limited to just outside the output range first, so that the rounding trick
+// (v + 1.5 * 2^23) - 1.5 * 2^23 (exact round-half-even for |v| < 2^22) applies.
+template <typename Out> void requantize_run(const int32_t* sums, int32_t bias, const float* multipliers, bool uniform,
                                             int64_t n, const OutputQuantization& q, Out* y) {
-    using Vd = double __attribute__((vector_size(64)));
-    using Vf8 = float __attribute__((vector_size(32)));
-    using Vi = int32_t __attribute__((vector_size(32)));
-    using Vu = uint32_t __attribute__((vector_size(32)));
-    using Narrow = typename Lanes8<Out>::type;
-    const double zero = q.zero_point, low = q.range.low, high = q.range.high;
+    using Narrow = typename ByteLanes<Out>::type;
+    using Vu = uint32_t __attribute__((vector_size(vec::kLanes * sizeof(uint32_t))));
+    const float zero = static_cast<float>(q.zero_point), low = static_cast<float>(q.range.low),
+                high = static_cast<float>(q.range.high);
     vec::run_best_isa([=] {
-        constexpr double kMagic = 6755399441055744.0;
-        const Vd below = Vd{} + (low - 1.0 - zero), above = Vd{} + (high + 1.0 - zero);
-        const Vd vzero = Vd{} + zero, vlow = Vd{} + low, vhigh = Vd{} + high,
-                 uniform_multiplier = Vd{} + multipliers[0];
-        // Lanes [k, k + 8) of the sums (and multipliers) starting at these pointers.
-        auto block = [&](const int32_t* s_ptr, const double* m_ptr, Out* out_ptr) {
-            Vi s;
+        constexpr float kMagic = 12582912.0f;
+        const vec::Vf below = vec::splat(low - 1.0f - zero), above = vec::splat(high + 1.0f - zero);
+        const vec::Vf vzero = vec::splat(zero), vlow = vec::splat(low), vhigh = vec::splat(high);
+        const vec::Vf uniform_multiplier = vec::splat(multipliers[0]);
+        // Lanes [k, k + kLanes) of the sums and multipliers at these pointers, written to out_ptr.
+        auto block = [&](const int32_t* s_ptr, const float* m_ptr, Out* out_ptr) {
+            vec::Vi s;
             std::memcpy(&s, s_ptr, sizeof s);
-            s = reinterpret_cast<Vi>(reinterpret_cast<Vu>(s) + static_cast<uint32_t>(bias));
-            Vd m = uniform_multiplier;
-            if (!uniform) std::memcpy(&m, m_ptr, sizeof m);
-            const Vf8 product = __builtin_convertvector(s, Vf8) * __builtin_convertvector(m, Vf8);
-            Vd v = __builtin_convertvector(product, Vd);
-            v = v > below ? v : below;
-            v = v < above ? v : above;
+            s = reinterpret_cast<vec::Vi>(reinterpret_cast<Vu>(s) + static_cast<uint32_t>(bias));
+            const vec::Vf m = uniform ? uniform_multiplier : vec::load(m_ptr);
+            vec::Vf v = __builtin_convertvector(s, vec::Vf) * m;
+            v = vec::min(vec::max(v, below), above);
             v = ((v + kMagic) - kMagic) + vzero;
-            v = v > vlow ? v : vlow;
-            v = v < vhigh ? v : vhigh;
-            const Narrow out = __builtin_convertvector(__builtin_convertvector(v, Vi), Narrow);
+            v = vec::min(vec::max(v, vlow), vhigh);
+            const Narrow out = __builtin_convertvector(__builtin_convertvector(v, vec::Vi), Narrow);
             std::memcpy(out_ptr, &out, sizeof out);
         };
         int64_t k = 0;
-        for (; k + 8 <= n; k += 8) block(sums + k, multipliers + k, y + k);
+        for (; k + vec::kLanes <= n; k += vec::kLanes) block(sums + k, multipliers + k, y + k);
         if (k < n) {  // the tail through padded copies
-            int32_t s_tail[8] = {};
-            double m_tail[8] = {};
-            Out out_tail[8];
-            std::memcpy(s_tail, sums + k, static_cast<size_t>(n - k) * sizeof(int32_t));
-            if (!uniform) std::memcpy(m_tail, multipliers + k, static_cast<size_t>(n - k) * sizeof(double));
+            const size_t rest = static_cast<size_t>(n - k);
+            int32_t s_tail[vec::kLanes] = {};
+            float m_tail[vec::kLanes] = {};
+            Out out_tail[vec::kLanes];
+            std::memcpy(s_tail, sums + k, rest * sizeof(int32_t));
+            if (!uniform) std::memcpy(m_tail, multipliers + k, rest * sizeof(float));
             block(s_tail, m_tail, out_tail);
-            std::memcpy(y + k, out_tail, static_cast<size_t>(n - k) * sizeof(Out));
+            std::memcpy(y + k, out_tail, rest * sizeof(Out));
         }
     });
 }
@@ -118,7 +113,7 @@ template <typename Out> void requantize_run(const int32_t* sums, int32_t bias, c
 template <typename Fn> void dispatch_8bit(int32_t type, const Fn& fn) { dispatch<int8_t, uint8_t>(type, fn); }
 
 // Scales of QLinearMatMul: float, float16 or bfloat16 (opset 21), all of one type.  The multiplier
-// a_scale * b_scale / y_scale is computed in that type and the requantization in double, as the reference does.
+// a_scale * b_scale / y_scale is computed in that type, as the reference does.
 class QLinearMatMulKernel final : public Kernel {
 public:
     explicit QLinearMatMulKernel(const NodeInfo& info)
@@ -171,16 +166,16 @@ public:
         Tensor& Y = ctx.output(0, out.type, plan.output_shape);
         const int64_t M = plan.M, N = plan.N;
         auto multiplier = [&](float as, float bs) {
-            return static_cast<double>(round_to(precision, round_to(precision, as * bs) / y_scale_value));
+            return round_to(precision, round_to(precision, as * bs) / y_scale_value);
         };
         const bool uniform = a_scales.size() == 1 && b_scales.size() == 1;
-        const double uniform_multiplier = multiplier(a_scales[0], b_scales[0]);
+        const float uniform_multiplier = multiplier(a_scales[0], b_scales[0]);
         dispatch_8bit(out.type, [&]<typename Out>() {
             Out* y = Y.ptr<Out>();
             ctx.pool().parallel_for(
                 plan.batch * M, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, N)),
                 [&](int64_t first, int64_t last) {
-                    std::vector<double> row_multipliers(uniform ? 1 : static_cast<size_t>(N), uniform_multiplier);
+                    std::vector<float> row_multipliers(uniform ? 1 : static_cast<size_t>(N), uniform_multiplier);
                     for (int64_t r = first; r < last; ++r) {
                         if (!uniform) {
                             const ProductRows at = product_rows(plan, r / M);
@@ -264,12 +259,13 @@ public:
           attrs_(WindowAttributes::parse(info)),
           group_(info.attr_int("group", 1)) {
         if (group_ < 1) throw KernelError(op_ + ": group must be positive, got " + std::to_string(group_));
+        prepack_filters(info);
     }
 
     void compute(KernelContext& ctx) const override {
         const size_t w_input = quantized_ ? 3 : 1, x_zero_input = 2, w_zero_input = quantized_ ? 5 : 3;
         const Tensor& X = ctx.input(0);
-        const Tensor& W = ctx.input(w_input);
+        const Tensor& W = packed_filters_.empty() ? ctx.input(w_input) : filters_view_;
         check_8bit(op_, "x", X);
         check_8bit(op_, "w", W);
         const WindowGeometry g = geometry(X, W);
@@ -287,7 +283,7 @@ public:
 
         if (!quantized_) {
             Tensor& Y = ctx.output(0, TESS_ELEMENT_INT32, output_shape);
-            convolve(ctx.pool(), g, X, x_zero.values[0], W, w_zero.rows(0, M), Y.ptr<int32_t>());
+            convolve(ctx.pool(), g, X, x_zero.values[0], W, w_zero.rows(0, M), Y.ptr<int32_t>(), nullptr);
             return;
         }
 
@@ -320,25 +316,12 @@ public:
         }
         // multiplier[m] = x_scale * w_scale[m] / y_scale in float, as the reference computes it.
         const float xs = x_scale.ptr<float>()[0], ys = y_scale.ptr<float>()[0];
-        std::vector<double> multipliers(static_cast<size_t>(M));
+        std::vector<float> multipliers(static_cast<size_t>(M));
         for (int64_t m = 0; m < M; ++m) multipliers[m] = (xs * w_scale.ptr<float>()[w_scale_index(m, 0)]) / ys;
 
-        // The int32 sums in this thread's scratch, kept for the next run (no allocation, no zeroing).
-        int32_t* sums = thread_scratch_buffer<int32_t, 15>(shape_size(output_shape));
-        convolve(ctx.pool(), g, X, x_zero.values[0], W, w_zero.rows(0, M), sums);
         Tensor& Y = ctx.output(0, out.type, output_shape);
-        const int64_t positions = g.output_size();
-        dispatch_8bit(out.type, [&]<typename Out>() {
-            Out* y = Y.ptr<Out>();
-            const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, positions));
-            ctx.pool().parallel_for(X.shape[0] * M, grain, [&](int64_t first, int64_t last) {
-                for (int64_t row = first; row < last; ++row) {
-                    const int64_t m = row % M;
-                    requantize_run(sums + row * positions, bias ? bias[m] : 0, &multipliers[m], true, positions, out,
-                                   y + row * positions);
-                }
-            });
-        });
+        const Requantization requantization{bias, multipliers.data(), out, Y.data};
+        convolve(ctx.pool(), g, X, x_zero.values[0], W, w_zero.rows(0, M), nullptr, &requantization);
     }
 
 private:
@@ -371,26 +354,77 @@ private:
         return index;
     }
 
-    // sums laid out as Y [N, M, positions].
+    // How QLinearConv turns the sums into its output: y = requantize(sum + bias[m]) with multipliers[m].
+    struct Requantization {
+        const int32_t* bias;  // may be null
+        const float* multipliers;
+        OutputQuantization out;
+        void* y;  // [N, M, positions] of out.type
+    };
+
+    // Requantizes the sums of one image's group of filters into Y as int8_gemm hands them over (filter m of the
+    // group is Y's row `first_row + m`; the group's biases and multipliers start at its first filter).
+    template <typename Out> class RequantizingSink final : public Int8GemmSink {
+    public:
+        RequantizingSink(const Requantization& r, int64_t first_filter, int64_t first_row, int64_t positions)
+            : r_(r), first_filter_(first_filter), y_(static_cast<Out*>(r.y) + first_row * positions),
+              positions_(positions) {}
+        void write(int64_t m0, int64_t rows, int64_t n0, int64_t columns, const int32_t* sums,
+                   int64_t ld) const override {
+            for (int64_t r = 0; r < rows; ++r) {
+                const int64_t filter = first_filter_ + m0 + r;
+                requantize_run(sums + r * ld, r_.bias ? r_.bias[filter] : 0, r_.multipliers + filter, true, columns,
+                               r_.out, y_ + (m0 + r) * positions_ + n0);
+            }
+        }
+
+    private:
+        const Requantization& r_;
+        int64_t first_filter_;
+        Out* y_;
+        int64_t positions_;
+    };
+
+    // Constant filters are packed for int8_gemm once, group by group, and the model's copy released; depthwise
+    // filters (one channel per group) are read as they are.
+    void prepack_filters(const NodeInfo& info) {
+        const size_t w_input = quantized_ ? 3 : 1;
+        const std::optional<Tensor> W = info.constant_tensor(w_input);
+        if (!W || (W->type != TESS_ELEMENT_INT8 && W->type != TESS_ELEMENT_UINT8) || W->rank() < 3) return;
+        const int64_t M = W->shape[0], channels_per_group = W->shape[1];
+        if (M % group_ != 0 || (channels_per_group == 1 && M == group_)) return;
+        const int64_t filters_per_group = M / group_, depth = M ? W->size() / M : 0;
+        const auto* w = static_cast<const uint8_t*>(W->data);
+        for (int64_t grp = 0; grp < group_; ++grp) {
+            packed_filters_.emplace_back(w + grp * filters_per_group * depth, W->type == TESS_ELEMENT_INT8,
+                                         filters_per_group, depth, depth);
+        }
+        filters_view_ = Tensor{W->type, W->shape, nullptr, nullptr};
+        info.release_constant(w_input);
+    }
+
+    // The convolution's sums, written laid out as Y [N, M, positions] into `sums`, or requantized into Y.
     void convolve(ThreadPool& pool, const WindowGeometry& g, const Tensor& X, int32_t x_zero, const Tensor& W,
-                  const std::vector<int32_t>& w_zero, int32_t* sums) const {
+                  const std::vector<int32_t>& w_zero, int32_t* sums, const Requantization* requantization) const {
         const int64_t batch = X.shape[0], channels = X.shape[1], M = W.shape[0];
         const int64_t channels_per_group = channels / group_, filters_per_group = M / group_;
         const int64_t depth = channels_per_group * g.kernel_size(), positions = g.output_size();
         if (batch * M * positions == 0) return;
         if (channels_per_group == 1 && filters_per_group == 1 && g.rank() == 2) {
+            // The int32 sums in this thread's scratch, kept for the next run (no allocation, no zeroing).
+            if (requantization) sums = thread_scratch_buffer<int32_t, 15>(batch * M * positions);
             dispatch_8bit(X.type, [&]<typename TX>() {
                 dispatch_8bit(W.type, [&]<typename TW>() {
                     depthwise<TX, TW>(pool, g, X.ptr<TX>(), batch, channels, x_zero, W.ptr<TW>(), w_zero, sums);
                 });
             });
+            if (requantization) requantize_rows(pool, *requantization, sums, batch * M, M, positions);
             return;
         }
         const bool pointwise = g.is_pointwise();
         uint8_t* columns = pointwise ? nullptr : thread_scratch_buffer<uint8_t, 16>(depth * positions);
         const std::vector<int32_t> x_zero_columns(static_cast<size_t>(positions), x_zero);
         const auto* x = static_cast<const uint8_t*>(X.data);
-        const auto* w = static_cast<const uint8_t*>(W.data);
         for (int64_t n = 0; n < batch; ++n) {
             for (int64_t grp = 0; grp < group_; ++grp) {
                 const uint8_t* image = x + (n * channels + grp * channels_per_group) * g.input_size();
@@ -399,11 +433,41 @@ private:
                 }
                 const Int8PackedB packed(pointwise ? image : columns, X.type == TESS_ELEMENT_INT8, depth,
                                          positions, positions, 1, &pool);
-                int8_gemm(pool, filters_per_group, w + grp * filters_per_group * depth, W.type == TESS_ELEMENT_INT8,
-                          depth, packed, w_zero.data() + grp * filters_per_group, x_zero_columns.data(),
-                          sums + (n * M + grp * filters_per_group) * positions, positions);
+                std::optional<Int8PackedA> packed_here;
+                if (packed_filters_.empty()) {
+                    packed_here.emplace(static_cast<const uint8_t*>(W.data) + grp * filters_per_group * depth,
+                                        W.type == TESS_ELEMENT_INT8, filters_per_group, depth, depth, &pool);
+                }
+                const Int8PackedA& filters = packed_filters_.empty() ? *packed_here : packed_filters_[grp];
+                const int32_t* filter_zeros = w_zero.data() + grp * filters_per_group;
+                const int64_t first_row = n * M + grp * filters_per_group;
+                if (requantization == nullptr) {
+                    int8_gemm(pool, filters, packed, filter_zeros, x_zero_columns.data(), sums + first_row * positions,
+                              positions);
+                    continue;
+                }
+                dispatch_8bit(requantization->out.type, [&]<typename Out>() {
+                    const RequantizingSink<Out> sink(*requantization, grp * filters_per_group, first_row, positions);
+                    int8_gemm(pool, filters, packed, filter_zeros, x_zero_columns.data(), sink);
+                });
             }
         }
+    }
+
+    // Requantizes rows [N * M, positions] of sums into Y.
+    static void requantize_rows(ThreadPool& pool, const Requantization& r, const int32_t* sums, int64_t rows,
+                                int64_t M, int64_t positions) {
+        dispatch_8bit(r.out.type, [&]<typename Out>() {
+            Out* y = static_cast<Out*>(r.y);
+            const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, positions));
+            pool.parallel_for(rows, grain, [&](int64_t first, int64_t last) {
+                for (int64_t row = first; row < last; ++row) {
+                    const int64_t m = row % M;
+                    requantize_run(sums + row * positions, r.bias ? r.bias[m] : 0, r.multipliers + m, true,
+                                   positions, r.out, y + row * positions);
+                }
+            });
+        });
     }
 
     // Depthwise 2-D (one channel per group): per channel and output row, each tap adds (x - x_zero) * (w - w_zero)
@@ -456,6 +520,8 @@ private:
     bool quantized_;
     WindowAttributes attrs_;
     int64_t group_;
+    std::vector<Int8PackedA> packed_filters_;  // per group, when the filters are constant (and not depthwise)
+    Tensor filters_view_;                      // their type and shape (no data) once the model's copy is released
 };
 
 }  // namespace
