@@ -178,16 +178,50 @@ template <typename Out> void quantize_float_run(const float* x, const float* sca
     const float low = static_cast<float>(range.low), high = static_cast<float>(range.high);
     vec::run_best_isa([=] {
         constexpr float kMagic = 12582912.0f;
-        for (int64_t k = 0; k < n; k += vec::kLanes) {
-            const int64_t lanes = std::min<int64_t>(vec::kLanes, n - k);
-            const vec::Vf s = uniform ? vec::splat(scale[0]) : vec::load_n(scale + k, lanes);
-            const vec::Vf z = uniform ? vec::splat(zero_point[0]) : vec::load_n(zero_point + k, lanes);
-            vec::Vf v = vec::load_n(x + k, lanes) / s;
-            v = vec::min(vec::max(v, (low - 1.0f) - z), (high + 1.0f) - z);  // max first: NaN -> low - 1 - z
+        const vec::Vf vlow = vec::splat(low), vhigh = vec::splat(high);
+        const vec::Vf uniform_scale = vec::splat(scale[0]), uniform_zero = vec::splat(zero_point[0]);
+        // Lanes [k, k + kLanes) at these pointers (the parameters' only when not uniform).
+        auto block = [&](const float* x_ptr, const float* s_ptr, const float* z_ptr, Out* out_ptr) {
+            const vec::Vf s = uniform ? uniform_scale : vec::load(s_ptr);
+            const vec::Vf z = uniform ? uniform_zero : vec::load(z_ptr);
+            vec::Vf v = vec::load(x_ptr) / s;
+            v = vec::min(vec::max(v, (vlow - 1.0f) - z), (vhigh + 1.0f) - z);  // max first: NaN -> low - 1 - z
             v = (v + kMagic) - kMagic;
-            v = vec::min(vec::max(v + z, vec::splat(low)), vec::splat(high));
+            v = vec::min(vec::max(v + z, vlow), vhigh);
             const Narrow q = __builtin_convertvector(__builtin_convertvector(v, vec::Vi), Narrow);
-            std::memcpy(y + k, &q, static_cast<size_t>(lanes) * sizeof(Out));
+            std::memcpy(out_ptr, &q, sizeof q);
+        };
+        int64_t k = 0;
+        for (; k + vec::kLanes <= n; k += vec::kLanes) block(x + k, scale + k, zero_point + k, y + k);
+        if (k < n) {  // the tail through padded copies
+            const size_t rest = static_cast<size_t>(n - k);
+            float x_tail[vec::kLanes] = {}, s_tail[vec::kLanes], z_tail[vec::kLanes] = {};
+            std::fill(s_tail, s_tail + vec::kLanes, 1.0f);
+            Out out_tail[vec::kLanes];
+            std::memcpy(x_tail, x + k, rest * sizeof(float));
+            if (!uniform) {
+                std::memcpy(s_tail, scale + k, rest * sizeof(float));
+                std::memcpy(z_tail, zero_point + k, rest * sizeof(float));
+            }
+            block(x_tail, s_tail, z_tail, out_tail);
+            std::memcpy(y + k, out_tail, rest * sizeof(Out));
+        }
+    });
+}
+
+// Fast path of DequantizeLinear: y = (float(x) - zero_point) * scale for 8- or 16-bit integers x into float, where
+// the difference is exact in float; `uniform`: scale[0] and zero_point[0] hold for the whole run.
+template <typename In> void dequantize_float_run(const In* x, const float* scale, const float* zero_point,
+                                                 bool uniform, int64_t n, float* y) {
+    // Plain loops the compiler vectorizes for each ISA (GCC's vector extensions widen 8-bit lanes one by one).
+    vec::run_best_isa([=] {
+        const In* __restrict in = x;
+        float* __restrict out = y;
+        if (uniform) {
+            const float s = scale[0], z = zero_point[0];
+            for (int64_t k = 0; k < n; ++k) out[k] = (static_cast<float>(in[k]) - z) * s;
+        } else {
+            for (int64_t k = 0; k < n; ++k) out[k] = (static_cast<float>(in[k]) - zero_point[k]) * scale[k];
         }
     });
 }
@@ -378,17 +412,15 @@ public:
             const int64_t count = end - begin;
             if (fast) {
                 PieceParams piece;
-                if (!layout.per_tensor) gather_params(layout, scales, zero_points, begin, count, piece);
-                const float s = scales[0], z = static_cast<float>(zero_points[0]);
-                float* out = y.ptr<float>() + begin;
+                if (layout.per_tensor) {
+                    piece.scale[0] = scales[0];
+                    piece.zero_point[0] = static_cast<float>(zero_points[0]);
+                } else {
+                    gather_params(layout, scales, zero_points, begin, count, piece);
+                }
                 dispatch_wide_integer(x.type, [&]<typename X>() {
-                    const X* in = x.ptr<X>() + begin;
-                    if (layout.per_tensor) {
-                        for (int64_t k = 0; k < count; ++k) out[k] = (static_cast<float>(in[k]) - z) * s;
-                    } else {
-                        for (int64_t k = 0; k < count; ++k)
-                            out[k] = (static_cast<float>(in[k]) - piece.zero_point[k]) * piece.scale[k];
-                    }
+                    dequantize_float_run(x.ptr<X>() + begin, piece.scale, piece.zero_point, layout.per_tensor, count,
+                                         y.ptr<float>() + begin);
                 });
                 return;
             }
