@@ -58,6 +58,7 @@ OptimizationLevel optimization_level_from_int(int level);
 std::unique_ptr<GraphPass> make_expand_gradient_pass();
 std::unique_ptr<GraphPass> make_eliminate_identity_pass();
 std::unique_ptr<GraphPass> make_constant_folding_pass();
+std::unique_ptr<GraphPass> make_fuse_quantized_lookup_pass();
 std::unique_ptr<GraphPass> make_dead_node_pass();
 std::unique_ptr<GraphPass> make_fuse_conv_batchnorm_pass();
 std::unique_ptr<GraphPass> make_fold_channel_affine_pass();

@@ -15,7 +15,8 @@ namespace {
 using namespace op_tests;
 
 const KernelRegistry& quant_registry() {
-    return testing::registry_with<register_quantize_kernels, register_quantized_product_kernels>();
+    return testing::registry_with<register_quantize_kernels, register_quantized_product_kernels,
+                                  register_quantized_lookup_kernels>();
 }
 
 template <typename T> std::vector<T> random_bytes(int64_t count, uint32_t seed) {
@@ -327,6 +328,37 @@ TEST(QuantizedOps, QLinearConvMatchesRequantizedReference) {
         check_qlinear_conv<uint8_t, uint8_t>(c, true, false, true, seed += 7);
         check_qlinear_conv<int8_t, int8_t>(c, true, true, false, seed += 7);
         check_qlinear_conv<int8_t, int8_t>(c, false, false, true, seed += 7);
+    }
+}
+
+// ---- QuantizedLookup (ai.tessera) ------------------------------------------------------------------------------
+
+// y[n, c, ...] = table[c or 0][x's byte], against a plain loop, on the byte-permute path where the CPU has it (and
+// the plain one under the lower ISA levels).
+template <typename TX, typename TY> void check_lookup(const Shape& x_shape, bool shared_table, uint32_t seed) {
+    const int64_t channels = x_shape[1], rows = shared_table ? 1 : channels;
+    const auto x = random_bytes<TX>(shape_size(x_shape), seed);
+    const auto table = random_bytes<TY>(rows * 256, seed + 1);
+    NodeBuilder node("QuantizedLookup", 1, TESS_FUSED_OPS_DOMAIN);
+    node.input(element_type_of<TX>()).constant_input(tensor<TY>({rows, 256}, table)).output(element_type_of<TY>());
+    const auto out = run_node(quant_registry(), node, {tensor<TX>(x_shape, x), nullptr});
+    ASSERT_EQ(dims_of(out[0]), x_shape);
+    const auto got = values_of<TY>(*out[0]);
+    const int64_t plane = shape_size(x_shape) / (x_shape[0] * channels);
+    for (size_t i = 0; i < got.size(); ++i) {
+        const int64_t row = shared_table ? 0 : int64_t(i) / plane % channels;
+        const auto byte = static_cast<uint8_t>(x[i]);
+        ASSERT_EQ(got[i], table[row * 256 + byte]) << "x=" << shape_string(x_shape) << " element " << i;
+    }
+}
+
+TEST(QuantizedOps, LookupMatchesPlainTable) {
+    uint32_t seed = 1700;
+    for (const Shape& shape : {Shape{2, 3, 5, 7}, Shape{1, 4, 130}, Shape{3, 70}, Shape{1, 2, 64, 64}}) {
+        check_lookup<uint8_t, uint8_t>(shape, false, seed += 3);
+        check_lookup<int8_t, int8_t>(shape, false, seed += 3);
+        check_lookup<uint8_t, int8_t>(shape, true, seed += 3);
+        check_lookup<int8_t, uint8_t>(shape, true, seed += 3);
     }
 }
 

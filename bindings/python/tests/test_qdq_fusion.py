@@ -207,3 +207,71 @@ def test_dynamic_quantization_tail_becomes_matmul_integer_to_float(bias, per_col
     ops = session_ops(session)
     assert "com.microsoft:MatMulIntegerToFloat" in ops and "MatMulInteger" not in ops and "Cast" not in ops, ops
     np.testing.assert_array_equal(session.run(None, feeds)[0], reference)
+
+
+def lookup_model(chain, shape=(2, 6, 5, 7), signed=False, channel_axis_dq=False):
+    """x -> Q -> DQ -> chain(b, value) -> Q -> DQ: an activation quantized around float operators (what
+    quantize_static leaves around a BatchNormalization it does not fold, or an activation)."""
+    b = QdqBuilder()
+    zero = np.int8(-3) if signed else np.uint8(120)
+    q = b.q("x", 0.05, zero)
+    if channel_axis_dq:
+        y = b.dq(q, np.full(shape[1], 0.05, np.float32), np.full(shape[1], zero, type(zero)), axis=1)
+    else:
+        y = b.dq(q, np.float32(0.05), zero)
+    y = chain(b, y, shape[1])
+    out_zero = np.int8(5) if signed else np.uint8(128)
+    out = b.dq(b.q(y, 0.03, out_zero), np.float32(0.03), out_zero)
+    return b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))], out), \
+        {"x": (2 * RNG.standard_normal(shape)).astype(np.float32)}
+
+
+def batch_norm(b, x, channels):
+    return b.node("BatchNormalization", [x, b.const(RNG.uniform(0.5, 2, channels).astype(np.float32)),
+                                         b.const(RNG.standard_normal(channels).astype(np.float32)),
+                                         b.const(RNG.standard_normal(channels).astype(np.float32)),
+                                         b.const(RNG.uniform(0.5, 2, channels).astype(np.float32))])
+
+
+def per_channel(channels, rank=4):
+    return RNG.uniform(-2, 2, (channels,) + (1,) * (rank - 2)).astype(np.float32)
+
+
+# (model, whether the group becomes one QuantizedLookup)
+LOOKUP_CASES = {
+    "batchnorm": (lambda: lookup_model(batch_norm), True),
+    "batchnorm-relu-int8": (lambda: lookup_model(lambda b, x, c: b.node("Relu", [batch_norm(b, x, c)]), signed=True),
+                            True),
+    "clip-sigmoid-shared-table": (lambda: lookup_model(
+        lambda b, x, c: b.node("Sigmoid", [b.node("Clip", [x, b.const(np.float32(-1)), b.const(np.float32(2))])])),
+        True),
+    "mul-add-per-channel": (lambda: lookup_model(
+        lambda b, x, c: b.node("Add", [b.const(per_channel(c)), b.node("Mul", [x, b.const(per_channel(c))])])), True),
+    "rank-2-leaky-relu": (lambda: lookup_model(
+        lambda b, x, c: b.node("LeakyRelu", [b.node("Mul", [x, b.const(per_channel(c, 2))])], alpha=0.1),
+        shape=(9, 5)), True),
+    # Not a table: the second operand varies per element, or the input's scale varies per channel.
+    "add-of-activations": (lambda: lookup_model(lambda b, x, c: b.node("Add", [x, b.node("Relu", [x])])), False),
+    "per-channel-dequantization": (lambda: lookup_model(batch_norm, channel_axis_dq=True), False),
+    "softmax": (lambda: lookup_model(lambda b, x, c: b.node("Softmax", [x], axis=1)), False),
+}
+
+
+@pytest.mark.parametrize("name", list(LOOKUP_CASES))
+def test_quantized_float_group_becomes_a_table_lookup(name):
+    """DequantizeLinear -> per-channel float operators -> QuantizeLinear runs as one table lookup
+    (core/optimizer/fuse_quantized_lookup.cc) whose table the group's own kernels computed: the fused session
+    gives exactly the unfused one's values, which agree with onnxruntime's float run."""
+    build, fused = LOOKUP_CASES[name]
+    model, feeds = build()
+    plain = tessera.InferenceSession(model, optimization_level=0)
+    expected = plain.run(None, feeds)[0]
+    theirs = onnxruntime_run(model, feeds, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)[0]
+    # Within one output quantization step of onnxruntime (float kernels may round a value across a .5).
+    np.testing.assert_allclose(expected, theirs, rtol=0, atol=0.03 + 1e-6)
+    session = tessera.InferenceSession(model, optimization_level=3)
+    ops = session_ops(session)
+    assert ("ai.tessera:QuantizedLookup" in ops) == fused, ops
+    if fused:
+        assert "QuantizeLinear" in ops and ops.count("DequantizeLinear") == 1, ops  # the model's ends only
+    np.testing.assert_array_equal(session.run(None, feeds)[0], expected)

@@ -55,7 +55,11 @@ extern "C" {
  *   Gelu(X) -> Y: ONNX's Gelu (opset 20) with `approximate` "none" or "tanh", for models of any opset.
  *   FusedMatMulBias(A, B, bias) -> Y: Y = activation(MatMul(A, B) + bias), float32; B 2-D [K, N], bias N elements
  *     shaped [N] or [1, ..., 1, N] (added along Y's last axis); `activation` and `activation_params` as FusedConv's,
- *     or "Gelu" with `approximate` ("none" or "tanh") as ONNX's Gelu. */
+ *     or "Gelu" with `approximate` ("none" or "tanh") as ONNX's Gelu.
+ *   QuantizedLookup(X, table) -> Y: Y[n, c, ...] = table[c, b] (table[0, b] for a [1, 256] table), b the bits of
+ *     X's element read as an unsigned byte; X uint8 or int8 with its channels on axis 1; table a constant
+ *     [C, 256] or [1, 256] of Y's type (uint8 or int8).  Replaces DequantizeLinear -> per-channel float operators
+ *     -> QuantizeLinear (added after the others; a provider that does not claim it keeps the original nodes). */
 #define TESS_FUSED_OPS_DOMAIN "ai.tessera"
 
 /* ---- Read-only graph views ---------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ CpuFeatures detect() {
     f.level = static_cast<int>(have) < static_cast<int>(cap_level) ? have : cap_level;
     if (f.level == CpuIsa::Avx512) {
         f.avx512_vnni = __builtin_cpu_supports("avx512vnni");
+        f.avx512_vbmi = __builtin_cpu_supports("avx512vbmi");
         f.amx_allowed = amx_int8 && cap != "avx512";
     }
 #endif

@@ -23,6 +23,7 @@ enum class CpuIsa { Generic = 0, Avx2 = 1, Avx512 = 2 };
 struct CpuFeatures {
     CpuIsa level = CpuIsa::Generic;  // the highest level this CPU has and TESSERA_CPU_MAX_ISA allows
     bool avx512_vnni = false;        // AVX-512 VNNI (int8 dot products), at level Avx512 only
+    bool avx512_vbmi = false;        // AVX-512 VBMI (byte permutes: table lookups), at level Avx512 only
     bool amx_allowed = false;        // AMX may be tried (AMX-INT8 present, level Avx512, no avx512 cap); the kernel
                                      // still asks the OS for the tile state before using it
 };

@@ -1,0 +1,236 @@
+// Turns DequantizeLinear -> [float operators that map each element on its own, per channel] -> QuantizeLinear into
+// one table lookup (TESS_FUSED_OPS_DOMAIN QuantizedLookup):
+//
+//   DQ(x 8-bit) -> BatchNormalization / Relu / Clip / Sigmoid / Mul by a per-channel constant / ... -> Q   => lookup
+//
+// quantize_static writes this group wherever a float operator it does not quantize sits between two quantized ones
+// (a BatchNormalization left unfolded behind a Conv, an activation): onnxruntime runs it as three float passes.
+// With per-tensor quantization on both ends and operators whose output element depends only on the same input
+// element and its channel, the group maps each of the 256 input values of a channel to one output value, so it is
+// a [C, 256] table.  The table is computed when the session is created by evaluating the group's own nodes (the
+// provider's kernels) on every 8-bit value, so that the lookup gives exactly what the three passes gave.
+#include <fmt/format.h>
+
+#include <unordered_set>
+
+#include "common/log.h"
+#include "optimizer/fusion_util.h"
+#include "optimizer/optimizer.h"
+#include "tessera/provider.h"
+
+namespace tessera {
+
+namespace {
+
+constexpr int64_t kEntries = 256;
+
+bool is_8bit(int32_t type) { return type == TESS_ELEMENT_UINT8 || type == TESS_ELEMENT_INT8; }
+
+int32_t element_type_of(const Graph& graph, const std::string& value) {
+    auto it = graph.types.find(value);
+    return it == graph.types.end() ? TESS_ELEMENT_UNDEFINED : it->second.element_type;
+}
+
+int64_t constant_count(const Graph& graph, const std::string& value) {
+    const auto dims = fusion::constant_dims(graph, value);
+    if (!dims) return -1;
+    int64_t n = 1;
+    for (int64_t d : *dims) n *= d;
+    return n;
+}
+
+// A DequantizeLinear (`op`) or QuantizeLinear with one constant scale and zero point and 8-bit quantized values.
+bool per_tensor_8bit(const Graph& graph, const Node& node, const char* op) {
+    if (!node.domain.empty() || node.op_type != op || node.inputs.size() != 3 || node.outputs.size() != 1 ||
+        node.inputs[2].empty())
+        return false;
+    if (fusion::int_attribute(node, "block_size", 0) != 0) return false;
+    if (constant_count(graph, node.inputs[1]) != 1 || constant_count(graph, node.inputs[2]) != 1) return false;
+    const auto zero = graph.initializers.find(node.inputs[2]);
+    return zero != graph.initializers.end() && is_8bit(zero->second->element_type);
+}
+
+// How an operator of the chain maps its data input `data` (rank `rank`, `channels` on axis 1): element by element
+// alike everywhere, per channel, or not in a way a table can hold.
+enum class Mapping { Elementwise, PerChannel, None };
+
+// A constant operand of an elementwise binary operator that broadcasts per channel at most: every dimension 1 but
+// the one that lines up with the data's axis 1, which may be the channel count.
+Mapping constant_operand(const Graph& graph, const std::string& name, size_t rank, int64_t channels) {
+    const auto dims = fusion::constant_dims(graph, name);
+    if (!dims || dims->size() > rank) return Mapping::None;
+    Mapping mapping = Mapping::Elementwise;
+    const size_t offset = rank - dims->size();
+    for (size_t i = 0; i < dims->size(); ++i) {
+        if ((*dims)[i] == 1) continue;
+        if (offset + i != 1 || (*dims)[i] != channels) return Mapping::None;
+        mapping = Mapping::PerChannel;
+    }
+    return mapping;
+}
+
+Mapping chain_mapping(const Graph& graph, const Node& node, const std::string& data, size_t rank, int64_t channels) {
+    if (!node.domain.empty() || node.outputs.size() != 1 || node.inputs.empty() || !node.subgraphs.empty())
+        return Mapping::None;
+    static const std::unordered_set<std::string> kUnary = {
+        "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Selu", "Celu", "Softplus",
+        "Softsign", "Neg", "Abs", "Identity", "Erf", "Exp", "Floor", "Ceil", "Round", "ThresholdedRelu", "Shrink"};
+    const std::string& op = node.op_type;
+    if (kUnary.count(op)) return node.inputs.size() == 1 && node.inputs[0] == data ? Mapping::Elementwise : Mapping::None;
+    if (op == "Clip") {
+        if (node.inputs[0] != data) return Mapping::None;
+        for (size_t i = 1; i < node.inputs.size(); ++i)
+            if (!node.inputs[i].empty() && constant_count(graph, node.inputs[i]) != 1) return Mapping::None;
+        return Mapping::Elementwise;
+    }
+    if (op == "BatchNormalization") {
+        if (node.inputs.size() != 5 || node.inputs[0] != data || rank < 2 || channels < 1) return Mapping::None;
+        if (fusion::int_attribute(node, "training_mode", 0) != 0 || fusion::int_attribute(node, "spatial", 1) != 1)
+            return Mapping::None;
+        for (size_t i = 1; i < 5; ++i)
+            if (constant_count(graph, node.inputs[i]) != channels) return Mapping::None;
+        return Mapping::PerChannel;
+    }
+    if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "PRelu") {
+        if (node.inputs.size() != 2 || node.inputs[0] == node.inputs[1]) return Mapping::None;
+        const int at = node.inputs[0] == data ? 0 : node.inputs[1] == data ? 1 : -1;
+        if (at < 0 || (op == "PRelu" && at != 0)) return Mapping::None;
+        return constant_operand(graph, node.inputs[1 - at], rank, channels);
+    }
+    return Mapping::None;
+}
+
+// The table of a group: its nodes evaluated one by one on a tensor holding every 8-bit value in each channel.
+// Returns the [rows, 256] table (indexed by the input byte's bits) or null when a node could not be evaluated.
+ValuePtr evaluate_table(const Graph& graph, const PassContext& context, const std::vector<size_t>& group,
+                        size_t rank, int64_t rows) {
+    const Node& dq = graph.nodes[group.front()];
+    const int32_t in_type = element_type_of(graph, dq.inputs[0]);
+    Graph trial;
+    trial.ir_version = graph.ir_version;
+    trial.opsets = graph.opsets;
+    // The 256 byte patterns along axis 2 (axis 0 for rank 2), each channel along axis 1.
+    std::vector<int64_t> dims(rank, 1);
+    dims[1] = rows;
+    dims[rank == 2 ? 0 : 2] = kEntries;
+    ValuePtr bytes = make_host_tensor(in_type, dims);
+    auto* data = static_cast<uint8_t*>(bytes->data);
+    for (int64_t c = 0; c < rows; ++c) {
+        for (int64_t i = 0; i < kEntries; ++i)
+            data[rank == 2 ? i * rows + c : c * kEntries + i] = static_cast<uint8_t>(i);
+    }
+    const std::string input = dq.inputs[0] + ".lookup_values";
+    auto add_constant = [&](const std::string& name, SharedValue value) {
+        TypeInfo type;
+        type.kind = TESS_VALUE_TENSOR;
+        type.element_type = value->element_type;
+        type.has_shape = true;
+        type.dims = value->dims;
+        type.dim_params.assign(type.dims.size(), "");
+        trial.types[name] = type;
+        trial.initializers[name] = std::move(value);
+    };
+    add_constant(input, SharedValue(bytes.release(), ValueDeleter{}));
+    for (size_t k : group) {
+        Node node = graph.nodes[k];
+        if (k == group.front()) node.inputs[0] = input;
+        for (const auto& in : node.inputs)
+            if (!in.empty() && graph.is_constant(in)) add_constant(in, graph.initializers.at(in));
+        trial.nodes.push_back(node);
+        std::vector<ValuePtr> values = context.evaluate(trial, trial.nodes.size() - 1);
+        if (values.size() != 1 || !values[0] || values[0]->kind != TESS_VALUE_TENSOR) return nullptr;
+        add_constant(node.outputs[0], SharedValue(values[0].release(), ValueDeleter{}));
+    }
+    const TessValue& out = *trial.initializers.at(graph.nodes[group.back()].outputs[0]);
+    if (!is_8bit(out.element_type) || out.element_count() != static_cast<size_t>(rows * kEntries)) return nullptr;
+    ValuePtr table = make_host_tensor(out.element_type, {rows, kEntries});
+    const auto* from = static_cast<const uint8_t*>(out.data);
+    auto* to = static_cast<uint8_t*>(table->data);
+    for (int64_t c = 0; c < rows; ++c) {
+        for (int64_t i = 0; i < kEntries; ++i) to[c * kEntries + i] = from[rank == 2 ? i * rows + c : c * kEntries + i];
+    }
+    return table;
+}
+
+class FuseQuantizedLookup : public GraphPass {
+public:
+    const char* name() const override { return "fuse-quantized-lookup"; }
+    OptimizationLevel level() const override { return OptimizationLevel::Extended; }
+
+    bool run(Graph& graph, const PassContext& context) const override {
+        if (!context.evaluate || !context.placement) return false;
+        std::vector<fusion::Candidate> found;
+        std::vector<std::string> tables;
+        fusion::ChainWalk walk(graph);
+        for (size_t n = 0; n < graph.nodes.size(); ++n) {
+            const Node& dq = graph.nodes[n];
+            if (walk.taken[n] || !per_tensor_8bit(graph, dq, "DequantizeLinear")) continue;
+            if (!is_8bit(element_type_of(graph, dq.inputs[0]))) continue;
+            const auto shape = graph.types.find(dq.inputs[0]);
+            if (shape == graph.types.end() || !shape->second.has_shape || shape->second.dims.size() < 2) continue;
+            const size_t rank = shape->second.dims.size();
+            const int64_t channels = shape->second.dims[1];
+
+            // Follow single readers from the DQ until a QuantizeLinear ends the chain.
+            std::vector<size_t> group{n};
+            bool per_channel = false, ended = false;
+            std::string value = dq.outputs[0];
+            size_t reader = 0;
+            while (walk.single_reader(value, reader)) {
+                const Node& node = graph.nodes[reader];
+                if (per_tensor_8bit(graph, node, "QuantizeLinear") && node.inputs[0] == value) {
+                    group.push_back(reader);
+                    ended = group.size() > 2;
+                    break;
+                }
+                const Mapping mapping = chain_mapping(graph, node, value, rank, channels);
+                if (mapping == Mapping::None) break;
+                per_channel = per_channel || mapping == Mapping::PerChannel;
+                group.push_back(reader);
+                value = node.outputs[0];
+            }
+            if (!ended || (per_channel && channels < 1)) continue;
+
+            const int64_t rows = per_channel ? channels : 1;
+            ValuePtr table = evaluate_table(graph, context, group, rank, rows);
+            if (!table) {
+                log_message(TESS_LOG_DEBUG, "optimizer",
+                            fmt::format("{}: no lookup table (a node of the group could not be evaluated)",
+                                        graph.nodes[group.back()].label()));
+                continue;
+            }
+            const Node& q = graph.nodes[group.back()];
+            const std::string table_name = q.outputs[0] + ".lookup_table";
+            graph.types[table_name] = TypeInfo{TESS_VALUE_TENSOR, table->element_type, true, {rows, kEntries}, {"", ""}};
+            graph.initializers[table_name] = SharedValue(table.release(), ValueDeleter{});
+            tables.push_back(table_name);
+
+            fusion::Candidate c;
+            c.nodes = group;
+            c.fused.name = (q.name.empty() ? q.outputs[0] : q.name) + "_lookup";
+            c.fused.op_type = "QuantizedLookup";
+            c.fused.domain = TESS_FUSED_OPS_DOMAIN;
+            c.fused.inputs = {dq.inputs[0], table_name};
+            c.fused.outputs = {q.outputs[0]};
+            for (size_t k : group) walk.taken[k] = true;
+            found.push_back(std::move(c));
+        }
+        const bool changed = fusion::apply_where_placed(graph, context, found);
+        // Tables of groups left as they were (their provider does not run the lookup) go again.
+        std::unordered_set<std::string> read;
+        for (const auto& node : graph.nodes)
+            for (const auto& in : node.inputs) read.insert(in);
+        for (const auto& table : tables) {
+            if (read.count(table)) continue;
+            graph.initializers.erase(table);
+            graph.types.erase(table);
+        }
+        return changed;
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<GraphPass> make_fuse_quantized_lookup_pass() { return std::make_unique<FuseQuantizedLookup>(); }
+
+}  // namespace tessera
