@@ -1,7 +1,9 @@
 // Constant folding: a node whose inputs are all constants is evaluated once, when the session is created, by a
 // provider that runs on host memory, and its outputs become constants.  The core runs no kernels itself.
+#include <algorithm>
 #include <unordered_set>
 
+#include "common/log.h"
 #include "optimizer/optimizer.h"
 
 namespace tessera {
@@ -27,9 +29,17 @@ public:
         if (!context.evaluate) return false;
         bool changed = false;
         std::vector<bool> folded(graph.nodes.size(), false);
+        // A node whose outputs nobody reads is left to the dead-node pass: folding it would only make constants to
+        // throw away (a fusion's leftover DequantizeLinear of a weight would become a float copy of the weight).
+        const auto uses = graph.use_counts();
+        auto read = [&](const std::string& value) {
+            auto it = uses.find(value);
+            return it != uses.end() && it->second > 0;
+        };
         for (size_t k = 0; k < graph.nodes.size(); ++k) {
             const Node& node = graph.nodes[k];
             if (!is_foldable_op(node)) continue;
+            if (std::none_of(node.outputs.begin(), node.outputs.end(), read)) continue;
             bool all_constant = true;
             for (const auto& in : node.inputs)
                 if (!in.empty() && !graph.is_constant(in)) all_constant = false;
@@ -56,6 +66,7 @@ public:
                 graph.types[node.outputs[o]] = type;
                 graph.initializers[node.outputs[o]] = SharedValue(values[o].release(), ValueDeleter{});
             }
+            log_message(TESS_LOG_DEBUG, "optimizer", "folded " + node.label());
             folded[k] = true;
             changed = true;
         }
