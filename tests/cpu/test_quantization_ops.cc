@@ -199,6 +199,9 @@ const std::vector<ConvCase>& integer_conv_cases() {
         {.x = {1, 19, 12, 12}, .out_channels = 70, .kernel = {3, 3}, .pads = {1, 1, 1, 1}},  // depth 171, M 70
         {.x = {2, 40, 9, 10}, .out_channels = 67, .kernel = {1, 1}},  // 3 row blocks, a partial panel, 2 images
         {.x = {1, 70, 6, 6}, .out_channels = 40, .kernel = {3, 3}, .group = 2, .pads = {1, 1, 1, 1}},  // groups of 20
+        {.x = {1, 2, 20, 19}, .out_channels = 2, .kernel = {17, 16}, .group = 2, .pads = {2, 1, 0, 3}},  // 272 taps
+        {.x = {2, 16, 13, 11}, .out_channels = 16, .kernel = {3, 3}, .group = 16, .strides = {2, 2},
+         .pads = {1, 1, 1, 1}},  // depthwise, stride 2
     };
     return cases;
 }

@@ -130,6 +130,7 @@ CASES = {
     "conv-float-bias": (lambda: conv_model(float_bias=True), None),  # QLinearConv takes only an int32 bias
     "conv-bias-in-another-scale": (lambda: conv_model(bias_scale=0.001), None),  # its int32 values would change
     "conv-depthwise": (lambda: conv_model(group=8), None),  # the float depthwise kernel is faster (fuse_qdq.cc)
+    "conv-grouped": (lambda: conv_model(group=2), "QLinearConv"),
     "matmul": (lambda: matmul_model(), "QLinearMatMul"),
     "matmul-per-column": (lambda: matmul_model(per_column=True), "QLinearMatMul"),
     "matmul-float-output": (lambda: matmul_model(quantized_output=False), "com.microsoft:MatMulIntegerToFloat"),

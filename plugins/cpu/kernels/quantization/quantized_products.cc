@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/host.h"
@@ -70,43 +71,59 @@ template <> struct ByteLanes<int8_t> { using type = int8_t __attribute__((vector
 // rounded to float, as onnxruntime's requantization rounds it (in double, the rare product that lands within half a
 // float ulp of a .5 rounds the other way, and a quantized network then disagrees with onnxruntime from that layer
 // on).  The product is limited to just outside the output range first, so that the rounding trick
-// (v + 1.5 * 2^23) - 1.5 * 2^23 (exact round-half-even for |v| < 2^22) applies.
-template <typename Out> void requantize_run(const int32_t* sums, int32_t bias, const float* multipliers, bool uniform,
-                                            int64_t n, const OutputQuantization& q, Out* y) {
+// (v + 1.5 * 2^23) - 1.5 * 2^23 (exact round-half-even for |v| < 2^22) applies.  Inlined into each ISA copy of
+// its callers (requantize_run, requantize_rows).
+template <typename Out>
+[[gnu::always_inline]] inline void requantize_row(const int32_t* sums, int32_t bias, const float* multipliers,
+                                                  bool uniform, int64_t n, const OutputQuantization& q, Out* y) {
     using Narrow = typename ByteLanes<Out>::type;
     using Vu = uint32_t __attribute__((vector_size(vec::kLanes * sizeof(uint32_t))));
+    constexpr float kMagic = 12582912.0f;
     const float zero = static_cast<float>(q.zero_point), low = static_cast<float>(q.range.low),
                 high = static_cast<float>(q.range.high);
+    const vec::Vf below = vec::splat(low - 1.0f - zero), above = vec::splat(high + 1.0f - zero);
+    const vec::Vf vzero = vec::splat(zero), vlow = vec::splat(low), vhigh = vec::splat(high);
+    const vec::Vf uniform_multiplier = vec::splat(multipliers[0]);
+    // Lanes [k, k + kLanes) of the sums and multipliers at these pointers, written to out_ptr.
+    auto block = [&](const int32_t* s_ptr, const float* m_ptr, Out* out_ptr) {
+        vec::Vi s;
+        std::memcpy(&s, s_ptr, sizeof s);
+        s = reinterpret_cast<vec::Vi>(reinterpret_cast<Vu>(s) + static_cast<uint32_t>(bias));
+        const vec::Vf m = uniform ? uniform_multiplier : vec::load(m_ptr);
+        vec::Vf v = __builtin_convertvector(s, vec::Vf) * m;
+        v = vec::min(vec::max(v, below), above);
+        v = ((v + kMagic) - kMagic) + vzero;
+        v = vec::min(vec::max(v, vlow), vhigh);
+        const Narrow out = __builtin_convertvector(__builtin_convertvector(v, vec::Vi), Narrow);
+        std::memcpy(out_ptr, &out, sizeof out);
+    };
+    int64_t k = 0;
+    for (; k + vec::kLanes <= n; k += vec::kLanes) block(sums + k, multipliers + k, y + k);
+    if (k < n) {  // the tail through padded copies
+        const size_t rest = static_cast<size_t>(n - k);
+        int32_t s_tail[vec::kLanes] = {};
+        float m_tail[vec::kLanes] = {};
+        Out out_tail[vec::kLanes];
+        std::memcpy(s_tail, sums + k, rest * sizeof(int32_t));
+        if (!uniform) std::memcpy(m_tail, multipliers + k, rest * sizeof(float));
+        block(s_tail, m_tail, out_tail);
+        std::memcpy(y + k, out_tail, rest * sizeof(Out));
+    }
+}
+
+template <typename Out> void requantize_run(const int32_t* sums, int32_t bias, const float* multipliers, bool uniform,
+                                            int64_t n, const OutputQuantization& q, Out* y) {
+    vec::run_best_isa([=] { requantize_row(sums, bias, multipliers, uniform, n, q, y); });
+}
+
+// Rows r < rows of n sums each (row stride ld) into y (row stride ldy), row r with bias[r] (bias may be null) and
+// the multiplier multipliers[r]: one call for a whole tile of a product.
+template <typename Out>
+void requantize_rows(const int32_t* sums, int64_t ld, int64_t rows, int64_t n, const int32_t* bias,
+                     const float* multipliers, const OutputQuantization& q, Out* y, int64_t ldy) {
     vec::run_best_isa([=] {
-        constexpr float kMagic = 12582912.0f;
-        const vec::Vf below = vec::splat(low - 1.0f - zero), above = vec::splat(high + 1.0f - zero);
-        const vec::Vf vzero = vec::splat(zero), vlow = vec::splat(low), vhigh = vec::splat(high);
-        const vec::Vf uniform_multiplier = vec::splat(multipliers[0]);
-        // Lanes [k, k + kLanes) of the sums and multipliers at these pointers, written to out_ptr.
-        auto block = [&](const int32_t* s_ptr, const float* m_ptr, Out* out_ptr) {
-            vec::Vi s;
-            std::memcpy(&s, s_ptr, sizeof s);
-            s = reinterpret_cast<vec::Vi>(reinterpret_cast<Vu>(s) + static_cast<uint32_t>(bias));
-            const vec::Vf m = uniform ? uniform_multiplier : vec::load(m_ptr);
-            vec::Vf v = __builtin_convertvector(s, vec::Vf) * m;
-            v = vec::min(vec::max(v, below), above);
-            v = ((v + kMagic) - kMagic) + vzero;
-            v = vec::min(vec::max(v, vlow), vhigh);
-            const Narrow out = __builtin_convertvector(__builtin_convertvector(v, vec::Vi), Narrow);
-            std::memcpy(out_ptr, &out, sizeof out);
-        };
-        int64_t k = 0;
-        for (; k + vec::kLanes <= n; k += vec::kLanes) block(sums + k, multipliers + k, y + k);
-        if (k < n) {  // the tail through padded copies
-            const size_t rest = static_cast<size_t>(n - k);
-            int32_t s_tail[vec::kLanes] = {};
-            float m_tail[vec::kLanes] = {};
-            Out out_tail[vec::kLanes];
-            std::memcpy(s_tail, sums + k, rest * sizeof(int32_t));
-            if (!uniform) std::memcpy(m_tail, multipliers + k, rest * sizeof(float));
-            block(s_tail, m_tail, out_tail);
-            std::memcpy(y + k, out_tail, rest * sizeof(Out));
-        }
+        for (int64_t r = 0; r < rows; ++r)
+            requantize_row(sums + r * ld, bias ? bias[r] : 0, multipliers + r, true, n, q, y + r * ldy);
     });
 }
 
@@ -247,6 +264,54 @@ void im2col_bytes(ThreadPool& pool, const WindowGeometry& g, const uint8_t* imag
         });
 }
 
+// out[j] = float(in[j]) - zero for j < n, in a plain loop compiled for the best ISA.
+template <typename T> void centered_floats(const T* in, float* out, int64_t n, float zero) {
+    vec::run_best_isa([=] {
+        const T* __restrict from = in;
+        float* __restrict to = out;
+        for (int64_t j = 0; j < n; ++j) to[j] = static_cast<float>(from[j]) - zero;
+    });
+}
+
+// even[j] = row[2 j], odd[j] = row[2 j + 1] for j < pairs: a stride-2 row split into its two phases.
+void deinterleave_pairs(const float* row, float* even, float* odd, int64_t pairs) {
+    vec::run_best_isa([=] {
+        int64_t j = 0;
+        for (; j + vec::kLanes <= pairs; j += vec::kLanes) {
+            const vec::Vf a = vec::load(row + 2 * j), b = vec::load(row + 2 * j + vec::kLanes);
+            vec::store(even + j, __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30));
+            vec::store(odd + j, __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31));
+        }
+        for (; j < pairs; ++j) {
+            even[j] = row[2 * j];
+            odd[j] = row[2 * j + 1];
+        }
+    });
+}
+
+// sum[i] = sum over taps t of tap[t] * in[t][i] for i < n (n a multiple of kDepthwiseChunk): 64 sums at a time held
+// in registers across the taps instead of one pass over memory per tap.
+constexpr int64_t kDepthwiseChunk = 4 * vec::kLanes;
+void weighted_sums(const float* const* in, const float* tap, int64_t taps, int64_t n, float* sum) {
+    vec::run_best_isa([=] {
+        for (int64_t i0 = 0; i0 < n; i0 += kDepthwiseChunk) {
+            vec::Vf a0{}, a1{}, a2{}, a3{};
+            for (int64_t t = 0; t < taps; ++t) {
+                const float* from = in[t] + i0;
+                const vec::Vf weight = vec::splat(tap[t]);
+                a0 += weight * vec::load(from);
+                a1 += weight * vec::load(from + vec::kLanes);
+                a2 += weight * vec::load(from + 2 * vec::kLanes);
+                a3 += weight * vec::load(from + 3 * vec::kLanes);
+            }
+            vec::store(sum + i0, a0);
+            vec::store(sum + i0 + vec::kLanes, a1);
+            vec::store(sum + i0 + 2 * vec::kLanes, a2);
+            vec::store(sum + i0 + 3 * vec::kLanes, a3);
+        }
+    });
+}
+
 // The convolution of 8-bit operands: sums[n, m, position] = sum over the window of (x - x_zero_point) *
 // (w - w_zero_point[m]), one int8_gemm per image and group with the filters as A and the image's columns as B.
 class IntegerConvKernel final : public Kernel {
@@ -371,11 +436,9 @@ private:
               positions_(positions) {}
         void write(int64_t m0, int64_t rows, int64_t n0, int64_t columns, const int32_t* sums,
                    int64_t ld) const override {
-            for (int64_t r = 0; r < rows; ++r) {
-                const int64_t filter = first_filter_ + m0 + r;
-                requantize_run(sums + r * ld, r_.bias ? r_.bias[filter] : 0, r_.multipliers + filter, true, columns,
-                               r_.out, y_ + (m0 + r) * positions_ + n0);
-            }
+            const int64_t filter = first_filter_ + m0;
+            requantize_rows(sums, ld, rows, columns, r_.bias ? r_.bias + filter : nullptr, r_.multipliers + filter,
+                            r_.out, y_ + m0 * positions_ + n0, positions_);
         }
 
     private:
@@ -410,6 +473,23 @@ private:
         const int64_t channels_per_group = channels / group_, filters_per_group = M / group_;
         const int64_t depth = channels_per_group * g.kernel_size(), positions = g.output_size();
         if (batch * M * positions == 0) return;
+        if (channels_per_group == 1 && filters_per_group == 1 && g.rank() == 2 &&
+            g.kernel_size() <= kExactFloatTaps) {
+            dispatch_8bit(X.type, [&]<typename TX>() {
+                dispatch_8bit(W.type, [&]<typename TW>() {
+                    if (requantization == nullptr) {
+                        depthwise_float<TX, TW, int32_t>(pool, g, X.ptr<TX>(), batch, channels, x_zero, W.ptr<TW>(),
+                                                         w_zero, nullptr, sums);
+                        return;
+                    }
+                    dispatch_8bit(requantization->out.type, [&]<typename Out>() {
+                        depthwise_float<TX, TW, Out>(pool, g, X.ptr<TX>(), batch, channels, x_zero, W.ptr<TW>(),
+                                                     w_zero, requantization, static_cast<Out*>(requantization->y));
+                    });
+                });
+            });
+            return;
+        }
         if (channels_per_group == 1 && filters_per_group == 1 && g.rank() == 2) {
             // The int32 sums in this thread's scratch, kept for the next run (no allocation, no zeroing).
             if (requantization) sums = thread_scratch_buffer<int32_t, 15>(batch * M * positions);
@@ -418,7 +498,7 @@ private:
                     depthwise<TX, TW>(pool, g, X.ptr<TX>(), batch, channels, x_zero, W.ptr<TW>(), w_zero, sums);
                 });
             });
-            if (requantization) requantize_rows(pool, *requantization, sums, batch * M, M, positions);
+            if (requantization) requantize_planes(pool, *requantization, sums, batch * M, M, positions);
             return;
         }
         const bool pointwise = g.is_pointwise();
@@ -455,7 +535,7 @@ private:
     }
 
     // Requantizes rows [N * M, positions] of sums into Y.
-    static void requantize_rows(ThreadPool& pool, const Requantization& r, const int32_t* sums, int64_t rows,
+    static void requantize_planes(ThreadPool& pool, const Requantization& r, const int32_t* sums, int64_t rows,
                                 int64_t M, int64_t positions) {
         dispatch_8bit(r.out.type, [&]<typename Out>() {
             Out* y = static_cast<Out*>(r.y);
@@ -470,9 +550,91 @@ private:
         });
     }
 
-    // Depthwise 2-D (one channel per group): per channel and output row, each tap adds (x - x_zero) * (w - w_zero)
-    // over the row's positions whose input lies inside the image; taps on the padding add nothing (padding holds the
-    // zero point).  A direct loop: a GEMM per channel would have one row and kernel-size depth.
+    // Windows of at most this many taps sum exactly in float: each (x - x_zero) * (w - w_zero) is an integer of
+    // magnitude below 2^16, and 256 of them stay below 2^24.
+    static constexpr int64_t kExactFloatTaps = 256;
+
+    // Depthwise 2-D (one channel per group) of at most kExactFloatTaps taps, in float, where every partial sum is
+    // the exact integer.  Per channel the plane is centered (x - x_zero) and zero-padded once, in rows of WS floats
+    // (a multiple of the column stride SW) stored as SW phase planes (phase q holds the padded plane's flat elements
+    // SW * j + q at j).  The outputs accumulate in a flat buffer of AS = WS * SH / SW floats per output row: output i
+    // reads flat element SW * i + (tap offset), which is element i + offset / SW of phase offset % SW, so each tap is
+    // one contiguous loop over the whole plane (vectorized for the best ISA; the columns past OW are computed and
+    // dropped).  The sums go on at once per plane: requantized into Y (Out 8-bit, `r` given) or stored as int32
+    // (Out int32_t).
+    template <typename TX, typename TW, typename Out>
+    static void depthwise_float(ThreadPool& pool, const WindowGeometry& g, const TX* x, int64_t batch,
+                                int64_t channels, int32_t x_zero, const TW* w, const std::vector<int32_t>& w_zero,
+                                const Requantization* r, Out* y) {
+        const int64_t H = g.input[0], W = g.input[1], OH = g.output[0], OW = g.output[1];
+        const int64_t KH = g.kernel[0], KW = g.kernel[1], SH = g.strides[0], SW = g.strides[1];
+        const int64_t DH = g.dilations[0], DW = g.dilations[1], PH = g.pads_begin[0], PW = g.pads_begin[1];
+        const int64_t WS = ((OW - 1) * SW + (KW - 1) * DW + SW) / SW * SW;  // covers every column a window reads
+        const int64_t AS = WS * SH / SW, span = OH * AS;
+        // Rows: every row a window reads, and enough more that the flat loops' last reads stay inside.
+        const int64_t HP = (SW * (span - 1) + (KH - 1) * DH * WS + (KW - 1) * DW) / WS + 1;
+        const int64_t phase_size = HP * WS / SW;
+        const int64_t chunks = (span + kDepthwiseChunk - 1) / kDepthwiseChunk * kDepthwiseChunk;
+        const int64_t taps_count = KH * KW;
+        const float x_zero_value = static_cast<float>(x_zero);
+        pool.parallel_for(batch * channels, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, OH * OW * KH * KW)),
+                          [&](int64_t first, int64_t last) {
+            // The plane with a chunk of slack: the last chunk's reads past the span (dropped outputs) stay inside.
+            float* plane = thread_scratch_buffer<float, 14>(HP * WS + kDepthwiseChunk + WS + chunks + taps_count);
+            float* line_buffer = plane + HP * WS + kDepthwiseChunk;
+            float* acc = line_buffer + WS;
+            float* taps = acc + chunks;
+            int32_t* sums = thread_scratch_buffer<int32_t, 14>(OH * OW);
+            const float** tap_inputs = thread_scratch_buffer<const float*, 14>(taps_count);
+            {
+                const float zero = x_zero_value;
+                for (int64_t nc = first; nc < last; ++nc) {
+                    const int64_t c = nc % channels;
+                    const TX* src = x + nc * H * W;
+                    for (int64_t i = 0; i < HP; ++i) {
+                        // The padded row: columns [PW, PW + W) hold the image's row, the others zeros.
+                        float* __restrict row = SW == 1 ? plane + i * WS : line_buffer;
+                        const int64_t ih = i - PH;
+                        const bool inside = ih >= 0 && ih < H;
+                        const int64_t begin = inside ? std::clamp<int64_t>(PW, 0, WS) : WS;
+                        const int64_t end = inside ? std::clamp<int64_t>(PW + W, begin, WS) : WS;
+                        std::fill(row, row + begin, 0.0f);
+                        if (end > begin) centered_floats(src + ih * W - PW + begin, row + begin, end - begin, zero);
+                        std::fill(row + end, row + WS, 0.0f);
+                        if (SW == 1) continue;
+                        if (SW == 2) {
+                            deinterleave_pairs(row, plane + i * (WS / 2), plane + phase_size + i * (WS / 2), WS / 2);
+                            continue;
+                        }
+                        for (int64_t q = 0; q < SW; ++q) {
+                            float* __restrict phase = plane + q * phase_size + i * (WS / SW);
+                            for (int64_t j = 0; j < WS / SW; ++j) phase[j] = row[j * SW + q];
+                        }
+                    }
+                    for (int64_t t = 0; t < KH * KW; ++t)
+                        taps[t] = static_cast<float>(static_cast<int32_t>(w[c * KH * KW + t]) - w_zero[c]);
+                    for (int64_t kh = 0; kh < KH; ++kh) {
+                        for (int64_t kw = 0; kw < KW; ++kw) {
+                            const int64_t offset = kh * DH * WS + kw * DW;
+                            tap_inputs[kh * KW + kw] = plane + (offset % SW) * phase_size + offset / SW;
+                        }
+                    }
+                    weighted_sums(tap_inputs, taps, taps_count, chunks, acc);
+                    const float* sum = acc;
+                    Out* out = y + nc * OH * OW;
+                    int32_t* exact = std::is_same_v<Out, int32_t> ? reinterpret_cast<int32_t*>(out) : sums;
+                    for (int64_t oh = 0; oh < OH; ++oh)
+                        for (int64_t ow = 0; ow < OW; ++ow) exact[oh * OW + ow] = static_cast<int32_t>(sum[oh * AS + ow]);
+                    if constexpr (!std::is_same_v<Out, int32_t>)
+                        requantize_run(sums, r->bias ? r->bias[c] : 0, r->multipliers + c, true, OH * OW, r->out, out);
+                }
+            }
+        });
+    }
+
+    // Depthwise 2-D (one channel per group) of any window: per channel and output row, each tap adds (x - x_zero) *
+    // (w - w_zero) over the row's positions whose input lies inside the image; taps on the padding add nothing
+    // (padding holds the zero point).  A direct loop: a GEMM per channel would have one row and kernel-size depth.
     template <typename TX, typename TW>
     static void depthwise(ThreadPool& pool, const WindowGeometry& g, const TX* x, int64_t batch, int64_t channels,
                           int32_t x_zero, const TW* w, const std::vector<int32_t>& w_zero, int32_t* sums) {
