@@ -1,9 +1,9 @@
 // Constant folding: a node whose inputs are all constants is evaluated once, when the session is created, by a
 // provider that runs on host memory, and its outputs become constants.  The core runs no kernels itself.
-#include <algorithm>
 #include <unordered_set>
 
 #include "common/log.h"
+#include "optimizer/fusion_util.h"
 #include "optimizer/optimizer.h"
 
 namespace tessera {
@@ -21,6 +21,22 @@ bool is_foldable_op(const Node& node) {
     return true;
 }
 
+// The nodes some graph output depends on, through the values they read (implicit inputs of bodies included).
+std::vector<bool> live_nodes(const Graph& graph) {
+    std::vector<bool> live(graph.nodes.size(), false);
+    const auto producers = graph.producers();
+    std::vector<std::string> pending(graph.outputs.begin(), graph.outputs.end());
+    while (!pending.empty()) {
+        const std::string value = std::move(pending.back());
+        pending.pop_back();
+        auto it = producers.find(value);
+        if (it == producers.end() || live[it->second]) continue;
+        live[it->second] = true;
+        for (const auto& in : graph.nodes[it->second].reads()) pending.push_back(in);
+    }
+    return live;
+}
+
 class ConstantFolding : public GraphPass {
 public:
     const char* name() const override { return "constant-folding"; }
@@ -29,17 +45,12 @@ public:
         if (!context.evaluate) return false;
         bool changed = false;
         std::vector<bool> folded(graph.nodes.size(), false);
-        // A node whose outputs nobody reads is left to the dead-node pass: folding it would only make constants to
-        // throw away (a fusion's leftover DequantizeLinear of a weight would become a float copy of the weight).
-        const auto uses = graph.use_counts();
-        auto read = [&](const std::string& value) {
-            auto it = uses.find(value);
-            return it != uses.end() && it->second > 0;
-        };
+        // Nodes no graph output depends on are left to the dead-node pass: folding them would only make constants
+        // to throw away (a fusion's leftover DequantizeLinear of a weight would become a float copy of the weight).
+        const std::vector<bool> live = live_nodes(graph);
         for (size_t k = 0; k < graph.nodes.size(); ++k) {
             const Node& node = graph.nodes[k];
-            if (!is_foldable_op(node)) continue;
-            if (std::none_of(node.outputs.begin(), node.outputs.end(), read)) continue;
+            if (!live[k] || !is_foldable_op(node)) continue;
             bool all_constant = true;
             for (const auto& in : node.inputs)
                 if (!in.empty() && !graph.is_constant(in)) all_constant = false;
@@ -57,14 +68,7 @@ public:
             if (!all_tensors) continue;
             for (size_t o = 0; o < values.size(); ++o) {
                 if (node.outputs[o].empty()) continue;
-                TypeInfo type;
-                type.kind = TESS_VALUE_TENSOR;
-                type.element_type = values[o]->element_type;
-                type.has_shape = true;
-                type.dims = values[o]->dims;
-                type.dim_params.assign(type.dims.size(), "");
-                graph.types[node.outputs[o]] = type;
-                graph.initializers[node.outputs[o]] = SharedValue(values[o].release(), ValueDeleter{});
+                fusion::set_constant(graph, node.outputs[o], SharedValue(values[o].release(), ValueDeleter{}));
             }
             log_message(TESS_LOG_DEBUG, "optimizer", "folded " + node.label());
             folded[k] = true;

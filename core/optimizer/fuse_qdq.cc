@@ -22,23 +22,9 @@ namespace {
 
 constexpr const char* kMicrosoft = "com.microsoft";
 
-bool is_8bit(int32_t type) { return type == TESS_ELEMENT_UINT8 || type == TESS_ELEMENT_INT8; }
-
-// The element type of a value: from its constant, else from the types the loader inferred.
-int32_t element_type(const Graph& graph, const std::string& value) {
-    if (auto it = graph.initializers.find(value); it != graph.initializers.end() && graph.is_constant(value))
-        return it->second->element_type;
-    if (auto it = graph.types.find(value); it != graph.types.end()) return it->second.element_type;
-    return TESS_ELEMENT_UNDEFINED;
-}
-
-int64_t constant_elements(const Graph& graph, const std::string& value) {
-    const auto dims = fusion::constant_dims(graph, value);
-    if (!dims) return -1;
-    int64_t n = 1;
-    for (int64_t d : *dims) n *= d;
-    return n;
-}
+using fusion::constant_elements;
+using fusion::element_type;
+using fusion::is_8bit;
 
 // A DequantizeLinear or QuantizeLinear the fusion can absorb: (data, scale, zero point), 8-bit data, constant
 // float32 scale and zero point (a zero point is required: the fused operators need its type), no block_size.

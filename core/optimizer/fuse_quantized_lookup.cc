@@ -24,20 +24,9 @@ namespace {
 
 constexpr int64_t kEntries = 256;
 
-bool is_8bit(int32_t type) { return type == TESS_ELEMENT_UINT8 || type == TESS_ELEMENT_INT8; }
-
-int32_t element_type_of(const Graph& graph, const std::string& value) {
-    auto it = graph.types.find(value);
-    return it == graph.types.end() ? TESS_ELEMENT_UNDEFINED : it->second.element_type;
-}
-
-int64_t constant_count(const Graph& graph, const std::string& value) {
-    const auto dims = fusion::constant_dims(graph, value);
-    if (!dims) return -1;
-    int64_t n = 1;
-    for (int64_t d : *dims) n *= d;
-    return n;
-}
+using fusion::constant_elements;
+using fusion::element_type;
+using fusion::is_8bit;
 
 // A DequantizeLinear (`op`) or QuantizeLinear with one constant scale and zero point and 8-bit quantized values.
 bool per_tensor_8bit(const Graph& graph, const Node& node, const char* op) {
@@ -45,7 +34,7 @@ bool per_tensor_8bit(const Graph& graph, const Node& node, const char* op) {
         node.inputs[2].empty())
         return false;
     if (fusion::int_attribute(node, "block_size", 0) != 0) return false;
-    if (constant_count(graph, node.inputs[1]) != 1 || constant_count(graph, node.inputs[2]) != 1) return false;
+    if (constant_elements(graph, node.inputs[1]) != 1 || constant_elements(graph, node.inputs[2]) != 1) return false;
     const auto zero = graph.initializers.find(node.inputs[2]);
     return zero != graph.initializers.end() && is_8bit(zero->second->element_type);
 }
@@ -80,7 +69,7 @@ Mapping chain_mapping(const Graph& graph, const Node& node, const std::string& d
     if (op == "Clip") {
         if (node.inputs[0] != data) return Mapping::None;
         for (size_t i = 1; i < node.inputs.size(); ++i)
-            if (!node.inputs[i].empty() && constant_count(graph, node.inputs[i]) != 1) return Mapping::None;
+            if (!node.inputs[i].empty() && constant_elements(graph, node.inputs[i]) != 1) return Mapping::None;
         return Mapping::Elementwise;
     }
     if (op == "BatchNormalization") {
@@ -88,7 +77,7 @@ Mapping chain_mapping(const Graph& graph, const Node& node, const std::string& d
         if (fusion::int_attribute(node, "training_mode", 0) != 0 || fusion::int_attribute(node, "spatial", 1) != 1)
             return Mapping::None;
         for (size_t i = 1; i < 5; ++i)
-            if (constant_count(graph, node.inputs[i]) != channels) return Mapping::None;
+            if (constant_elements(graph, node.inputs[i]) != channels) return Mapping::None;
         return Mapping::PerChannel;
     }
     if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "PRelu") {
@@ -105,7 +94,7 @@ Mapping chain_mapping(const Graph& graph, const Node& node, const std::string& d
 ValuePtr evaluate_table(const Graph& graph, const PassContext& context, const std::vector<size_t>& group,
                         size_t rank, int64_t rows) {
     const Node& dq = graph.nodes[group.front()];
-    const int32_t in_type = element_type_of(graph, dq.inputs[0]);
+    const int32_t in_type = element_type(graph, dq.inputs[0]);
     Graph trial;
     trial.ir_version = graph.ir_version;
     trial.opsets = graph.opsets;
@@ -119,27 +108,16 @@ ValuePtr evaluate_table(const Graph& graph, const PassContext& context, const st
         for (int64_t i = 0; i < kEntries; ++i)
             data[rank == 2 ? i * rows + c : c * kEntries + i] = static_cast<uint8_t>(i);
     }
-    const std::string input = dq.inputs[0] + ".lookup_values";
-    auto add_constant = [&](const std::string& name, SharedValue value) {
-        TypeInfo type;
-        type.kind = TESS_VALUE_TENSOR;
-        type.element_type = value->element_type;
-        type.has_shape = true;
-        type.dims = value->dims;
-        type.dim_params.assign(type.dims.size(), "");
-        trial.types[name] = type;
-        trial.initializers[name] = std::move(value);
-    };
-    add_constant(input, SharedValue(bytes.release(), ValueDeleter{}));
+    const std::string input = fusion::add_constant(trial, dq.inputs[0] + ".lookup_values", std::move(bytes));
     for (size_t k : group) {
         Node node = graph.nodes[k];
         if (k == group.front()) node.inputs[0] = input;
         for (const auto& in : node.inputs)
-            if (!in.empty() && graph.is_constant(in)) add_constant(in, graph.initializers.at(in));
+            if (!in.empty() && graph.is_constant(in)) fusion::set_constant(trial, in, graph.initializers.at(in));
         trial.nodes.push_back(node);
         std::vector<ValuePtr> values = context.evaluate(trial, trial.nodes.size() - 1);
         if (values.size() != 1 || !values[0] || values[0]->kind != TESS_VALUE_TENSOR) return nullptr;
-        add_constant(node.outputs[0], SharedValue(values[0].release(), ValueDeleter{}));
+        fusion::set_constant(trial, node.outputs[0], SharedValue(values[0].release(), ValueDeleter{}));
     }
     const TessValue& out = *trial.initializers.at(graph.nodes[group.back()].outputs[0]);
     if (!is_8bit(out.element_type) || out.element_count() != static_cast<size_t>(rows * kEntries)) return nullptr;
@@ -165,7 +143,7 @@ public:
         for (size_t n = 0; n < graph.nodes.size(); ++n) {
             const Node& dq = graph.nodes[n];
             if (walk.taken[n] || !per_tensor_8bit(graph, dq, "DequantizeLinear")) continue;
-            if (!is_8bit(element_type_of(graph, dq.inputs[0]))) continue;
+            if (!is_8bit(element_type(graph, dq.inputs[0]))) continue;
             const auto shape = graph.types.find(dq.inputs[0]);
             if (shape == graph.types.end() || !shape->second.has_shape || shape->second.dims.size() < 2) continue;
             const size_t rank = shape->second.dims.size();
@@ -200,9 +178,7 @@ public:
                 continue;
             }
             const Node& q = graph.nodes[group.back()];
-            const std::string table_name = q.outputs[0] + ".lookup_table";
-            graph.types[table_name] = TypeInfo{TESS_VALUE_TENSOR, table->element_type, true, {rows, kEntries}, {"", ""}};
-            graph.initializers[table_name] = SharedValue(table.release(), ValueDeleter{});
+            const std::string table_name = fusion::add_constant(graph, q.outputs[0] + ".lookup_table", std::move(table));
             tables.push_back(table_name);
 
             fusion::Candidate c;

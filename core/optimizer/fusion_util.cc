@@ -28,22 +28,45 @@ std::optional<std::vector<float>> constant_floats(const Graph& graph, const std:
     return out;
 }
 
-std::string add_float_constant(Graph& graph, const std::string& base, std::vector<int64_t> dims,
-                               const std::vector<float>& values) {
+void set_constant(Graph& graph, const std::string& name, SharedValue value) {
+    TypeInfo type;
+    type.kind = TESS_VALUE_TENSOR;
+    type.element_type = value->element_type;
+    type.has_shape = true;
+    type.dims = value->dims;
+    type.dim_params.assign(type.dims.size(), "");
+    graph.types[name] = std::move(type);
+    graph.initializers[name] = std::move(value);
+}
+
+std::string add_constant(Graph& graph, const std::string& base, ValuePtr value) {
     std::string name = base;
     for (int suffix = 1; graph.initializers.count(name) || graph.types.count(name); ++suffix)
         name = base + "_" + std::to_string(suffix);
-    ValuePtr value = make_host_tensor(TESS_ELEMENT_FLOAT32, dims);
-    if (!values.empty()) std::memcpy(value->data, values.data(), values.size() * sizeof(float));
-    TypeInfo type;
-    type.kind = TESS_VALUE_TENSOR;
-    type.element_type = TESS_ELEMENT_FLOAT32;
-    type.has_shape = true;
-    type.dims = std::move(dims);
-    type.dim_params.assign(type.dims.size(), "");
-    graph.types[name] = std::move(type);
-    graph.initializers[name] = SharedValue(value.release(), ValueDeleter{});
+    set_constant(graph, name, SharedValue(value.release(), ValueDeleter{}));
     return name;
+}
+
+std::string add_float_constant(Graph& graph, const std::string& base, std::vector<int64_t> dims,
+                               const std::vector<float>& values) {
+    ValuePtr value = make_host_tensor(TESS_ELEMENT_FLOAT32, std::move(dims));
+    if (!values.empty()) std::memcpy(value->data, values.data(), values.size() * sizeof(float));
+    return add_constant(graph, base, std::move(value));
+}
+
+int32_t element_type(const Graph& graph, const std::string& value) {
+    if (auto it = graph.initializers.find(value); it != graph.initializers.end() && graph.is_constant(value))
+        return it->second->element_type;
+    if (auto it = graph.types.find(value); it != graph.types.end()) return it->second.element_type;
+    return TESS_ELEMENT_UNDEFINED;
+}
+
+int64_t constant_elements(const Graph& graph, const std::string& name) {
+    const auto dims = constant_dims(graph, name);
+    if (!dims) return -1;
+    int64_t n = 1;
+    for (int64_t d : *dims) n *= d;
+    return n;
 }
 
 bool fusable_activation(const Graph& graph, const Node& node, std::string& name, std::vector<float>& params) {

@@ -17,6 +17,17 @@ std::optional<std::vector<float>> constant_floats(const Graph& graph, const std:
 // The constant's dims, or nullopt when it is not a constant tensor.
 std::optional<std::vector<int64_t>> constant_dims(const Graph& graph, const std::string& name);
 
+// Makes `name` a constant of the graph holding `value`, its type recorded from the value.
+void set_constant(Graph& graph, const std::string& name, SharedValue value);
+// Adds `value` as a constant under a fresh name derived from `base` (no value of the graph has it); returns the name.
+std::string add_constant(Graph& graph, const std::string& base, ValuePtr value);
+
+// The element type of a value: from its constant, else from the types the loader inferred (UNDEFINED if unknown).
+int32_t element_type(const Graph& graph, const std::string& value);
+// The element count of a constant tensor, or -1 when `name` is not one.
+int64_t constant_elements(const Graph& graph, const std::string& name);
+inline bool is_8bit(int32_t type) { return type == TESS_ELEMENT_UINT8 || type == TESS_ELEMENT_INT8; }
+
 // Adds a float32 initializer under a fresh name derived from `base`; returns the name.
 std::string add_float_constant(Graph& graph, const std::string& base, std::vector<int64_t> dims,
                                const std::vector<float>& values);

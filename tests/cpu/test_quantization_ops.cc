@@ -202,6 +202,7 @@ const std::vector<ConvCase>& integer_conv_cases() {
         {.x = {1, 2, 20, 19}, .out_channels = 2, .kernel = {17, 16}, .group = 2, .pads = {2, 1, 0, 3}},  // 272 taps
         {.x = {2, 16, 13, 11}, .out_channels = 16, .kernel = {3, 3}, .group = 16, .strides = {2, 2},
          .pads = {1, 1, 1, 1}},  // depthwise, stride 2
+        {.x = {2, 8, 6, 6}, .out_channels = 12, .kernel = {3, 3}, .group = 2, .pads = {1, 1, 1, 1}},  // groups, 2 images
     };
     return cases;
 }

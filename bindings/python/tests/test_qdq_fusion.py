@@ -210,7 +210,7 @@ def test_dynamic_quantization_tail_becomes_matmul_integer_to_float(bias, per_col
     np.testing.assert_array_equal(session.run(None, feeds)[0], reference)
 
 
-def lookup_model(chain, shape=(2, 6, 5, 7), signed=False, channel_axis_dq=False):
+def lookup_model(chain, shape=(2, 6, 5, 7), signed=False, channel_axis_dq=False, out_signed=None):
     """x -> Q -> DQ -> chain(b, value) -> Q -> DQ: an activation quantized around float operators (what
     quantize_static leaves around a BatchNormalization it does not fold, or an activation)."""
     b = QdqBuilder()
@@ -221,7 +221,7 @@ def lookup_model(chain, shape=(2, 6, 5, 7), signed=False, channel_axis_dq=False)
     else:
         y = b.dq(q, np.float32(0.05), zero)
     y = chain(b, y, shape[1])
-    out_zero = np.int8(5) if signed else np.uint8(128)
+    out_zero = np.int8(5) if (signed if out_signed is None else out_signed) else np.uint8(128)
     out = b.dq(b.q(y, 0.03, out_zero), np.float32(0.03), out_zero)
     return b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))], out), \
         {"x": (2 * RNG.standard_normal(shape)).astype(np.float32)}
@@ -243,6 +243,7 @@ LOOKUP_CASES = {
     "batchnorm": (lambda: lookup_model(batch_norm), True),
     "batchnorm-relu-int8": (lambda: lookup_model(lambda b, x, c: b.node("Relu", [batch_norm(b, x, c)]), signed=True),
                             True),
+    "batchnorm-int8-to-uint8": (lambda: lookup_model(batch_norm, signed=True, out_signed=False), True),
     "clip-sigmoid-shared-table": (lambda: lookup_model(
         lambda b, x, c: b.node("Sigmoid", [b.node("Clip", [x, b.const(np.float32(-1)), b.const(np.float32(2))])])),
         True),

@@ -79,9 +79,11 @@ public:
         const auto* x = static_cast<const uint8_t*>(X.data);
         auto* y = static_cast<uint8_t*>(Y.data);
         [[maybe_unused]] const bool vbmi = cpu_features().avx512_vbmi;
+        // Runs shorter than 16 bytes ([N, C] tensors: one byte per channel) are not worth loading the table into
+        // four registers.
         auto lookup = [&](const uint8_t* table, int64_t first, int64_t count) {
 #if TESSERA_CPU_X86
-            if (vbmi) {
+            if (vbmi && count >= 16) {
                 lookup_vbmi(table, x + first, y + first, count);
                 return;
             }

@@ -162,33 +162,18 @@ struct QuantizeParams {
 };
 
 // Fast path of quantize(): y = clamp(round_half_even(x / scale) + zero_point) for float x divided in float into an
-// 8- or 16-bit integer type, vectorized.  `uniform`: scale[0] and zero_point[0] hold for the whole run.  Values are
-// limited to just outside the output range before rounding, so that the rounding trick (v + 1.5 * 2^23) - 1.5 * 2^23
-// (exact round-half-even for |v| < 2^22) applies; NaN ends at `low` as in the generic path.
-// vec::kLanes lanes of an 8- or 16-bit integer type (vector_size cannot apply to a template parameter directly).
-template <typename T> struct NarrowLanes;
-template <> struct NarrowLanes<uint8_t> { using type = uint8_t __attribute__((vector_size(vec::kLanes))); };
-template <> struct NarrowLanes<int8_t> { using type = int8_t __attribute__((vector_size(vec::kLanes))); };
-template <> struct NarrowLanes<uint16_t> { using type = uint16_t __attribute__((vector_size(2 * vec::kLanes))); };
-template <> struct NarrowLanes<int16_t> { using type = int16_t __attribute__((vector_size(2 * vec::kLanes))); };
-
+// 8- or 16-bit integer type, vectorized.  `uniform`: scale[0] and zero_point[0] hold for the whole run.
 template <typename Out> void quantize_float_run(const float* x, const float* scale, const float* zero_point,
                                                 bool uniform, int64_t n, IntegerRange range, Out* y) {
-    using Narrow = typename NarrowLanes<Out>::type;
     const float low = static_cast<float>(range.low), high = static_cast<float>(range.high);
     vec::run_best_isa([=] {
-        constexpr float kMagic = 12582912.0f;
         const vec::Vf vlow = vec::splat(low), vhigh = vec::splat(high);
         const vec::Vf uniform_scale = vec::splat(scale[0]), uniform_zero = vec::splat(zero_point[0]);
         // Lanes [k, k + kLanes) at these pointers (the parameters' only when not uniform).
         auto block = [&](const float* x_ptr, const float* s_ptr, const float* z_ptr, Out* out_ptr) {
             const vec::Vf s = uniform ? uniform_scale : vec::load(s_ptr);
             const vec::Vf z = uniform ? uniform_zero : vec::load(z_ptr);
-            vec::Vf v = vec::load(x_ptr) / s;
-            v = vec::min(vec::max(v, (vlow - 1.0f) - z), (vhigh + 1.0f) - z);  // max first: NaN -> low - 1 - z
-            v = (v + kMagic) - kMagic;
-            v = vec::min(vec::max(v + z, vlow), vhigh);
-            const Narrow q = __builtin_convertvector(__builtin_convertvector(v, vec::Vi), Narrow);
+            const auto q = saturate_round<Out>(vec::load(x_ptr) / s, z, vlow, vhigh);
             std::memcpy(out_ptr, &q, sizeof q);
         };
         int64_t k = 0;

@@ -9,6 +9,7 @@
 #include "runtime/host.h"
 #include "runtime/kernel.h"
 #include "util/element_convert.h"
+#include "util/vec_math.h"
 
 namespace tessera::cpu::quant {
 
@@ -66,6 +67,27 @@ inline float round_to(Precision p, float v) {
         case Precision::BFloat16: return fp::bfloat16_to_float(fp::float_to_bfloat16(v));
     }
     return v;
+}
+
+// vec::kLanes lanes of an 8- or 16-bit integer type (vector_size cannot apply to a template parameter directly).
+template <typename T> struct NarrowLanes;
+template <> struct NarrowLanes<uint8_t> { using type = uint8_t __attribute__((vector_size(vec::kLanes))); };
+template <> struct NarrowLanes<int8_t> { using type = int8_t __attribute__((vector_size(vec::kLanes))); };
+template <> struct NarrowLanes<uint16_t> { using type = uint16_t __attribute__((vector_size(2 * vec::kLanes))); };
+template <> struct NarrowLanes<int16_t> { using type = int16_t __attribute__((vector_size(2 * vec::kLanes))); };
+
+// y = clamp(round_half_even(v) + zero, low, high) narrowed to Out, for quotients or products v of a quantization.
+// v is limited to just outside the range first (max first: NaN ends at low), so that the rounding trick
+// (v + 1.5 * 2^23) - 1.5 * 2^23 (exact round-half-even for |v| < 2^22) applies.  Inlined into the ISA copies of its
+// callers (vec::run_best_isa).
+template <typename Out>
+[[gnu::always_inline]] inline typename NarrowLanes<Out>::type saturate_round(vec::Vf v, vec::Vf zero, vec::Vf low,
+                                                                             vec::Vf high) {
+    constexpr float kMagic = 12582912.0f;
+    v = vec::min(vec::max(v, (low - 1.0f) - zero), (high + 1.0f) - zero);
+    v = ((v + kMagic) - kMagic) + zero;
+    v = vec::min(vec::max(v, low), high);
+    return __builtin_convertvector(__builtin_convertvector(v, vec::Vi), typename NarrowLanes<Out>::type);
 }
 
 // DynamicQuantizeLinear's arithmetic: y (uint8, x's shape) = saturate(round(x / scale) + zero_point) with the scale

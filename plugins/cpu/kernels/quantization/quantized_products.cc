@@ -61,28 +61,18 @@ struct OutputQuantization {
     IntegerRange range{0, 255};
 };
 
-// vec::kLanes lanes of an 8-bit type (vector_size cannot apply to a template parameter directly).
-template <typename T> struct ByteLanes;
-template <> struct ByteLanes<uint8_t> { using type = uint8_t __attribute__((vector_size(vec::kLanes))); };
-template <> struct ByteLanes<int8_t> { using type = int8_t __attribute__((vector_size(vec::kLanes))); };
-
 // y[i] = saturate(round_half_even(f32(float(sums[i] + bias) * multiplier)) + zero_point) for i < n, the sum wrapping
 // to 32 bits; the multiplier (a float) is multipliers[i], or multipliers[0] for all when `uniform`.  The product is
 // rounded to float, as onnxruntime's requantization rounds it (in double, the rare product that lands within half a
 // float ulp of a .5 rounds the other way, and a quantized network then disagrees with onnxruntime from that layer
-// on).  The product is limited to just outside the output range first, so that the rounding trick
-// (v + 1.5 * 2^23) - 1.5 * 2^23 (exact round-half-even for |v| < 2^22) applies.  Inlined into each ISA copy of
-// its callers (requantize_run, requantize_rows).
+// on); then it is rounded and saturated as quant::saturate_round does.  Inlined into each ISA copy of its callers
+// (requantize_run, requantize_rows).
 template <typename Out>
 [[gnu::always_inline]] inline void requantize_row(const int32_t* sums, int32_t bias, const float* multipliers,
                                                   bool uniform, int64_t n, const OutputQuantization& q, Out* y) {
-    using Narrow = typename ByteLanes<Out>::type;
     using Vu = uint32_t __attribute__((vector_size(vec::kLanes * sizeof(uint32_t))));
-    constexpr float kMagic = 12582912.0f;
-    const float zero = static_cast<float>(q.zero_point), low = static_cast<float>(q.range.low),
-                high = static_cast<float>(q.range.high);
-    const vec::Vf below = vec::splat(low - 1.0f - zero), above = vec::splat(high + 1.0f - zero);
-    const vec::Vf vzero = vec::splat(zero), vlow = vec::splat(low), vhigh = vec::splat(high);
+    const vec::Vf zero = vec::splat(static_cast<float>(q.zero_point)), low = vec::splat(static_cast<float>(q.range.low)),
+                  high = vec::splat(static_cast<float>(q.range.high));
     const vec::Vf uniform_multiplier = vec::splat(multipliers[0]);
     // Lanes [k, k + kLanes) of the sums and multipliers at these pointers, written to out_ptr.
     auto block = [&](const int32_t* s_ptr, const float* m_ptr, Out* out_ptr) {
@@ -90,11 +80,7 @@ template <typename Out>
         std::memcpy(&s, s_ptr, sizeof s);
         s = reinterpret_cast<vec::Vi>(reinterpret_cast<Vu>(s) + static_cast<uint32_t>(bias));
         const vec::Vf m = uniform ? uniform_multiplier : vec::load(m_ptr);
-        vec::Vf v = __builtin_convertvector(s, vec::Vf) * m;
-        v = vec::min(vec::max(v, below), above);
-        v = ((v + kMagic) - kMagic) + vzero;
-        v = vec::min(vec::max(v, vlow), vhigh);
-        const Narrow out = __builtin_convertvector(__builtin_convertvector(v, vec::Vi), Narrow);
+        const auto out = saturate_round<Out>(__builtin_convertvector(s, vec::Vf) * m, zero, low, high);
         std::memcpy(out_ptr, &out, sizeof out);
     };
     int64_t k = 0;
@@ -289,8 +275,8 @@ void deinterleave_pairs(const float* row, float* even, float* odd, int64_t pairs
     });
 }
 
-// sum[i] = sum over taps t of tap[t] * in[t][i] for i < n (n a multiple of kDepthwiseChunk): 64 sums at a time held
-// in registers across the taps instead of one pass over memory per tap.
+// sum[i] = sum over taps t of tap[t] * in[t][i] for i < n (n a multiple of kDepthwiseChunk): 64 sums at a time kept
+// across the taps (in registers with AVX-512 or AVX2) instead of one pass over memory per tap.
 constexpr int64_t kDepthwiseChunk = 4 * vec::kLanes;
 void weighted_sums(const float* const* in, const float* tap, int64_t taps, int64_t n, float* sum) {
     vec::run_best_isa([=] {
@@ -448,14 +434,14 @@ private:
         int64_t positions_;
     };
 
-    // Constant filters are packed for int8_gemm once, group by group, and the model's copy released; depthwise
-    // filters (one channel per group) are read as they are.
+    // Constant filters are packed for int8_gemm once, group by group, and the model's copy released; 2-D depthwise
+    // filters (one channel per group), which the depthwise kernels read as they are, stay.
     void prepack_filters(const NodeInfo& info) {
         const size_t w_input = quantized_ ? 3 : 1;
         const std::optional<Tensor> W = info.constant_tensor(w_input);
         if (!W || (W->type != TESS_ELEMENT_INT8 && W->type != TESS_ELEMENT_UINT8) || W->rank() < 3) return;
         const int64_t M = W->shape[0], channels_per_group = W->shape[1];
-        if (M % group_ != 0 || (channels_per_group == 1 && M == group_)) return;
+        if (M % group_ != 0 || (channels_per_group == 1 && M == group_ && W->rank() == 4)) return;
         const int64_t filters_per_group = M / group_, depth = M ? W->size() / M : 0;
         const auto* w = static_cast<const uint8_t*>(W->data);
         for (int64_t grp = 0; grp < group_; ++grp) {
@@ -582,52 +568,49 @@ private:
             // The plane with a chunk of slack: the last chunk's reads past the span (dropped outputs) stay inside.
             float* plane = thread_scratch_buffer<float, 14>(HP * WS + kDepthwiseChunk + WS + chunks + taps_count);
             float* line_buffer = plane + HP * WS + kDepthwiseChunk;
-            float* acc = line_buffer + WS;
-            float* taps = acc + chunks;
-            int32_t* sums = thread_scratch_buffer<int32_t, 14>(OH * OW);
+            float* sum = line_buffer + WS;
+            float* taps = sum + chunks;
+            int32_t* sums = std::is_same_v<Out, int32_t> ? nullptr : thread_scratch_buffer<int32_t, 14>(OH * OW);
             const float** tap_inputs = thread_scratch_buffer<const float*, 14>(taps_count);
-            {
-                const float zero = x_zero_value;
-                for (int64_t nc = first; nc < last; ++nc) {
-                    const int64_t c = nc % channels;
-                    const TX* src = x + nc * H * W;
-                    for (int64_t i = 0; i < HP; ++i) {
-                        // The padded row: columns [PW, PW + W) hold the image's row, the others zeros.
-                        float* __restrict row = SW == 1 ? plane + i * WS : line_buffer;
-                        const int64_t ih = i - PH;
-                        const bool inside = ih >= 0 && ih < H;
-                        const int64_t begin = inside ? std::clamp<int64_t>(PW, 0, WS) : WS;
-                        const int64_t end = inside ? std::clamp<int64_t>(PW + W, begin, WS) : WS;
-                        std::fill(row, row + begin, 0.0f);
-                        if (end > begin) centered_floats(src + ih * W - PW + begin, row + begin, end - begin, zero);
-                        std::fill(row + end, row + WS, 0.0f);
-                        if (SW == 1) continue;
-                        if (SW == 2) {
-                            deinterleave_pairs(row, plane + i * (WS / 2), plane + phase_size + i * (WS / 2), WS / 2);
-                            continue;
-                        }
-                        for (int64_t q = 0; q < SW; ++q) {
-                            float* __restrict phase = plane + q * phase_size + i * (WS / SW);
-                            for (int64_t j = 0; j < WS / SW; ++j) phase[j] = row[j * SW + q];
-                        }
+            for (int64_t nc = first; nc < last; ++nc) {
+                const int64_t c = nc % channels;
+                const TX* src = x + nc * H * W;
+                for (int64_t i = 0; i < HP; ++i) {
+                    // The padded row: columns [PW, PW + W) hold the image's row, the others zeros.
+                    float* __restrict row = SW == 1 ? plane + i * WS : line_buffer;
+                    const int64_t ih = i - PH;
+                    const bool inside = ih >= 0 && ih < H;
+                    const int64_t begin = inside ? std::clamp<int64_t>(PW, 0, WS) : WS;
+                    const int64_t end = inside ? std::clamp<int64_t>(PW + W, begin, WS) : WS;
+                    std::fill(row, row + begin, 0.0f);
+                    if (end > begin)
+                        centered_floats(src + ih * W - PW + begin, row + begin, end - begin, x_zero_value);
+                    std::fill(row + end, row + WS, 0.0f);
+                    if (SW == 1) continue;
+                    if (SW == 2) {
+                        deinterleave_pairs(row, plane + i * (WS / 2), plane + phase_size + i * (WS / 2), WS / 2);
+                        continue;
                     }
-                    for (int64_t t = 0; t < KH * KW; ++t)
-                        taps[t] = static_cast<float>(static_cast<int32_t>(w[c * KH * KW + t]) - w_zero[c]);
-                    for (int64_t kh = 0; kh < KH; ++kh) {
-                        for (int64_t kw = 0; kw < KW; ++kw) {
-                            const int64_t offset = kh * DH * WS + kw * DW;
-                            tap_inputs[kh * KW + kw] = plane + (offset % SW) * phase_size + offset / SW;
-                        }
+                    for (int64_t q = 0; q < SW; ++q) {
+                        float* __restrict phase = plane + q * phase_size + i * (WS / SW);
+                        for (int64_t j = 0; j < WS / SW; ++j) phase[j] = row[j * SW + q];
                     }
-                    weighted_sums(tap_inputs, taps, taps_count, chunks, acc);
-                    const float* sum = acc;
-                    Out* out = y + nc * OH * OW;
-                    int32_t* exact = std::is_same_v<Out, int32_t> ? reinterpret_cast<int32_t*>(out) : sums;
-                    for (int64_t oh = 0; oh < OH; ++oh)
-                        for (int64_t ow = 0; ow < OW; ++ow) exact[oh * OW + ow] = static_cast<int32_t>(sum[oh * AS + ow]);
-                    if constexpr (!std::is_same_v<Out, int32_t>)
-                        requantize_run(sums, r->bias ? r->bias[c] : 0, r->multipliers + c, true, OH * OW, r->out, out);
                 }
+                for (int64_t t = 0; t < taps_count; ++t)
+                    taps[t] = static_cast<float>(static_cast<int32_t>(w[c * taps_count + t]) - w_zero[c]);
+                for (int64_t kh = 0; kh < KH; ++kh) {
+                    for (int64_t kw = 0; kw < KW; ++kw) {
+                        const int64_t offset = kh * DH * WS + kw * DW;
+                        tap_inputs[kh * KW + kw] = plane + (offset % SW) * phase_size + offset / SW;
+                    }
+                }
+                weighted_sums(tap_inputs, taps, taps_count, chunks, sum);
+                Out* out = y + nc * OH * OW;
+                int32_t* exact = std::is_same_v<Out, int32_t> ? reinterpret_cast<int32_t*>(out) : sums;
+                for (int64_t oh = 0; oh < OH; ++oh)
+                    for (int64_t ow = 0; ow < OW; ++ow) exact[oh * OW + ow] = static_cast<int32_t>(sum[oh * AS + ow]);
+                if constexpr (!std::is_same_v<Out, int32_t>)
+                    requantize_run(sums, r->bias ? r->bias[c] : 0, r->multipliers + c, true, OH * OW, r->out, out);
             }
         });
     }
