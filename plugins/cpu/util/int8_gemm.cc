@@ -152,6 +152,21 @@ using TileFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int32_t
 constexpr TileFn kVnniTiles[kVnniTileRows + 1] = {nullptr,      vnni_tile<1>, vnni_tile<2>, vnni_tile<3>,
                                                   vnni_tile<4>, vnni_tile<5>, vnni_tile<6>};
 
+// One row of A': the K bytes of src XORed with `flip`, in chunks of 64 bytes stored `chunk_stride` bytes apart
+// (bytes past K stay as they are: zero); returns the sum of the stored bytes.  Only the AMX and VNNI paths call it.
+[[gnu::target("avx512f,avx512bw")]] uint32_t pack_row(const uint8_t* src, int64_t K, uint8_t flip, uint8_t* dst,
+                                                        int64_t chunk_stride) {
+    const __m512i flip_bytes = _mm512_set1_epi8(static_cast<char>(flip));
+    __m512i sums = _mm512_setzero_si512();
+    for (int64_t k = 0; k < K; k += 64) {
+        const __mmask64 mask = K - k >= 64 ? ~__mmask64{0} : (__mmask64{1} << (K - k)) - 1;
+        const __m512i v = _mm512_maskz_mov_epi8(mask, _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, src + k), flip_bytes));
+        _mm512_mask_storeu_epi8(dst + (k / 64) * chunk_stride, mask, v);
+        sums = _mm512_add_epi64(sums, _mm512_sad_epu8(v, _mm512_setzero_si512()));
+    }
+    return static_cast<uint32_t>(_mm512_reduce_add_epi64(sums));
+}
+
 // c[j] = products[j] + zb[j] * row_term - za * column_sums[j] (mod 2^32): the zero-point corrections of one tile
 // row.  Only the AMX and VNNI paths call it, so AVX-512 is there (the baseline ISA has no 32-bit multiply).
 [[gnu::target("avx512f")]] void correct_tile_row(const uint32_t* products, const uint32_t* zb, uint32_t row_term,
@@ -407,6 +422,7 @@ Int8PackedA::Int8PackedA(const void* data, bool is_signed, int64_t M, int64_t K,
         for (int64_t m = 0; m < M; ++m) std::copy(bytes + m * lda, bytes + m * lda + K, data_.begin() + m * K);
         return;
     }
+#if TESSERA_CPU_X86  // the VNNI and AMX layouts
     const bool amx = isa() == Isa::Amx;
     const int64_t stride = packed_groups(K) * 4;
     const int64_t padded_rows = amx ? (M + kAmxTileRows - 1) / kAmxTileRows * kAmxTileRows : M;
@@ -417,27 +433,16 @@ Int8PackedA::Int8PackedA(const void* data, bool is_signed, int64_t M, int64_t K,
     const uint8_t flip = is_signed ? 0x80 : 0;  // int8 a + 128 is a ^ 0x80 read as uint8
     auto pack_rows = [&](int64_t first, int64_t last) {
         for (int64_t m = first; m < last; ++m) {
-            const uint8_t* src = bytes + m * lda;
-            uint32_t sum = 0;
-            if (amx) {  // tile order: [row block of 32][step][2 tiles][16 rows][64 bytes]
-                uint8_t* dst = data_.data() + (m / 32) * 32 * stride + (m % 32) * 64;
-                for (int64_t k = 0; k < K; ++k) {
-                    const uint8_t value = src[k] ^ flip;
-                    dst[(k / 64) * 2048 + k % 64] = value;
-                    sum += value;
-                }
-            } else {
-                uint8_t* dst = data_.data() + m * stride;
-                for (int64_t k = 0; k < K; ++k) {
-                    dst[k] = static_cast<uint8_t>(src[k] ^ flip);
-                    sum += dst[k];
-                }
-            }
-            row_sums_[m] = sum;
+            // AMX tile order: [row block of 32][step of 64 bytes of K][2 tiles][16 rows][64 bytes]; VNNI: rows.
+            uint8_t* dst = amx ? data_.data() + (m / 32) * 32 * stride + (m % 32) * 64 : data_.data() + m * stride;
+            row_sums_[m] = pack_row(bytes + m * lda, K, flip, dst, amx ? 2048 : 64);
         }
     };
     if (pool != nullptr) pool->parallel_for(M, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, K)), pack_rows);
     else pack_rows(0, M);
+#else
+    static_cast<void>(pool);  // never reached: only the fallback exists elsewhere
+#endif
 }
 
 void int8_gemm(ThreadPool& pool, const Int8PackedA& A, const Int8PackedB& B, const int32_t* a_zero,
