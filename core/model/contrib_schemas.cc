@@ -166,6 +166,26 @@ void infer_lstm(onnx::InferenceContext& ctx) {
     }
 }
 
+// SparseAttention: output (B, S, num_heads * head) like query (whose hidden size holds num_heads + 2 * kv_num_heads
+// heads when key and value are omitted); present_key/present_value share past_key's shape and type.
+void infer_sparse_attention(onnx::InferenceContext& ctx) {
+    onnx::propagateElemTypeFromInputToOutput(ctx, 0, 0);
+    for (size_t n = 1; n < 3 && n < ctx.getNumOutputs(); ++n) {
+        onnx::propagateElemTypeFromInputToOutput(ctx, 3, n);
+        if (onnx::hasInputShape(ctx, 3)) onnx::propagateShapeFromInputToOutput(ctx, 3, n);
+    }
+    Dims q;
+    if (!input_dims(ctx, 0, q) || q.size() != 3) return;
+    const bool packed = ctx.getNumInputs() < 2 || ctx.getInputType(1) == nullptr;  // key omitted
+    if (packed && q[2] >= 0) {
+        const int64_t heads = onnx::getAttribute(ctx, "num_heads", int64_t{0});
+        const int64_t kv_heads = onnx::getAttribute(ctx, "kv_num_heads", int64_t{0});
+        const int64_t all = heads + 2 * kv_heads;
+        q[2] = all > 0 && q[2] % all == 0 ? q[2] / all * heads : -1;
+    }
+    set_output(ctx, 0, q);
+}
+
 struct Param {
     const char* name;
     bool optional = false;
@@ -227,6 +247,11 @@ const std::map<std::string, onnx::OpSchema>& schemas() {
              {"initial_h", true}, {"initial_c", true}, {"P", true}, {"W_scale"}, {"W_zero_point", false, "Q"}, {"R_scale"},
              {"R_zero_point", false, "Q"}},
             {{"Y", true}, {"Y_h", true}, {"Y_c", true}}, infer_lstm);
+        add("SparseAttention",
+            {{"query"}, {"key", true}, {"value", true}, {"past_key"}, {"past_value"}, {"block_row_indices", false, "I"},
+             {"block_col_indices", false, "I"}, {"total_sequence_length", false, "I"},
+             {"key_total_sequence_lengths", false, "I"}, {"cos_cache", true}, {"sin_cache", true}},
+            {{"output"}, {"present_key"}, {"present_value"}}, infer_sparse_attention);
         return t;
     }();
     return table;

@@ -49,6 +49,7 @@ void register_contrib_skip_normalization_kernels(KernelRegistry& registry);  // 
 void register_contrib_fused_product_kernels(KernelRegistry& registry);  // kernels/contrib/fused_products.cc: FusedMatMul, TransposeMatMul, FusedGemm, GemmFastGelu
 void register_contrib_dynamic_quantize_lstm_kernels(KernelRegistry& registry);  // kernels/contrib/dynamic_quantize_lstm.cc
 void register_contrib_decoder_attention_kernels(KernelRegistry& registry);  // kernels/contrib/decoder_attention.cc: GroupQueryAttention, RotaryEmbedding
+void register_contrib_sparse_attention_kernels(KernelRegistry& registry);  // kernels/contrib/sparse_attention.cc: SparseAttention
 
 void register_all_kernels(KernelRegistry& registry);
 

@@ -39,6 +39,7 @@ void register_all_kernels(KernelRegistry& registry) {
     register_contrib_embedding_kernels(registry);
     register_contrib_gather_block_quantized_kernels(registry);
     register_contrib_decoder_attention_kernels(registry);
+    register_contrib_sparse_attention_kernels(registry);
     register_contrib_bias_activation_kernels(registry);
     register_contrib_skip_normalization_kernels(registry);
     register_contrib_fused_product_kernels(registry);
