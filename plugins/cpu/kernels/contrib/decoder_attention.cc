@@ -23,6 +23,7 @@
 
 #include "kernels/all_kernels.h"
 #include "kernels/contrib/contrib_registry.h"
+#include "kernels/contrib/decoder_tokens.h"
 #include "kernels/contrib/rotary_tables.h"
 #include "kernels/transformer/attention_core.h"
 #include "util/compute_cast.h"
@@ -118,14 +119,8 @@ public:
         const std::string op = "GroupQueryAttention";
         ThreadPool& pool = ctx.pool();
         const Tensor& query = ctx.input(0);
-        if (query.rank() != 3) throw KernelError(op + ": query " + shape_string(query.shape) + " must be (B, S, hidden)");
-        const int64_t B = query.shape[0], S = query.shape[1];
-        const bool packed_qkv = !ctx.has_input(1);
-        const int64_t head = packed_qkv ? query.shape[2] / (heads_ + 2 * kv_heads_) : query.shape[2] / heads_;
-        if (head <= 0 || (packed_qkv ? (heads_ + 2 * kv_heads_) * head : heads_ * head) != query.shape[2])
-            throw KernelError(op + ": query's hidden size " + std::to_string(query.shape[2]) +
-                              " is not a whole number of heads");
-        const int64_t q_hidden = heads_ * head, kv_hidden = kv_heads_ * head;
+        const DecoderTokens tokens(op, ctx, heads_, kv_heads_);
+        const int64_t B = tokens.batch(), S = tokens.length(), head = tokens.head_size(), q_hidden = tokens.q_hidden();
 
         // Per batch entry: how many keys are valid and where the new tokens start.
         const Tensor& seqlens = ctx.input(5);
@@ -159,23 +154,6 @@ public:
         }
 
         // Q (rotated) in scratch; the new K (rotated) and V appended to each entry's cache in present.
-        const ConvertedInput<float> q_in(query, pool);
-        std::optional<ConvertedInput<float>> k_in, v_in;
-        if (!packed_qkv) {
-            k_in.emplace(ctx.input(1), pool);
-            v_in.emplace(ctx.input(2), pool);
-            if (ctx.input(1).shape != Shape{B, S, kv_hidden} || ctx.input(2).shape != Shape{B, S, kv_hidden})
-                throw KernelError(op + ": key and value must be (" + std::to_string(B) + ", " + std::to_string(S) +
-                                  ", " + std::to_string(kv_hidden) + ")");
-        }
-        const int64_t q_stride = query.shape[2];
-        auto new_q = [&](int64_t b, int64_t s) { return q_in.data() + (b * S + s) * q_stride; };
-        auto new_k = [&](int64_t b, int64_t s) {
-            return packed_qkv ? new_q(b, s) + q_hidden : k_in->data() + (b * S + s) * kv_hidden;
-        };
-        auto new_v = [&](int64_t b, int64_t s) {
-            return packed_qkv ? new_q(b, s) + q_hidden + kv_hidden : v_in->data() + (b * S + s) * kv_hidden;
-        };
         std::optional<RotaryTables> tables;
         if (rotary_) {
             if (!ctx.has_input(7) || !ctx.has_input(8)) throw KernelError(op + ": do_rotary needs cos_cache and sin_cache");
@@ -220,8 +198,8 @@ public:
                     std::copy_n(past_v->data() + bh * past_capacity * head, keep * head, vc);
                 }
                 for (int64_t s = 0; s < S; ++s) {
-                    std::copy_n(new_k(b, s) + h * head, head, kc + (keep + s) * head);
-                    std::copy_n(new_v(b, s) + h * head, head, vc + (keep + s) * head);
+                    std::copy_n(tokens.k(b, s) + h * head, head, kc + (keep + s) * head);
+                    std::copy_n(tokens.v(b, s) + h * head, head, vc + (keep + s) * head);
                     if (tables) tables->rotate(kc + (keep + s) * head, position(b, s), interleaved_);
                 }
                 std::fill(kc + (keep + S) * head, kc + present_len * head, 0.0f);
@@ -232,7 +210,7 @@ public:
             for (int64_t bs = first; bs < last; ++bs) {
                 const int64_t b = bs / S, s = bs % S;
                 float* dst = q + bs * q_hidden;
-                std::copy_n(new_q(b, s), q_hidden, dst);
+                std::copy_n(tokens.q(b, s), q_hidden, dst);
                 if (tables)
                     for (int64_t h = 0; h < heads_; ++h) tables->rotate(dst + h * head, position(b, s), interleaved_);
             }

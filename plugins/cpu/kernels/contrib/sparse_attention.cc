@@ -28,6 +28,7 @@
 
 #include "kernels/all_kernels.h"
 #include "kernels/contrib/contrib_registry.h"
+#include "kernels/contrib/decoder_tokens.h"
 #include "kernels/contrib/rotary_tables.h"
 #include "kernels/transformer/attention_core.h"
 #include "util/compute_cast.h"
@@ -112,19 +113,8 @@ public:
     void compute(KernelContext& ctx) const override {
         ThreadPool& pool = ctx.pool();
         const Tensor& query = ctx.input(0);
-        if (query.rank() != 3) throw KernelError(kOp + ": query " + shape_string(query.shape) + " must be (B, S, hidden)");
-        const int64_t B = query.shape[0], S = query.shape[1];
-        const bool packed_qkv = !ctx.has_input(1);
-        if (packed_qkv == ctx.has_input(2))
-            throw KernelError(kOp + ": key and value must be both present or both absent (packed QKV)");
-        const int64_t head = query.shape[2] / (packed_qkv ? heads_ + 2 * kv_heads_ : heads_);
-        if (head <= 0 || (packed_qkv ? heads_ + 2 * kv_heads_ : heads_) * head != query.shape[2])
-            throw KernelError(kOp + ": query's hidden size " + std::to_string(query.shape[2]) +
-                              " is not a whole number of heads");
-        const int64_t q_hidden = heads_ * head, kv_hidden = kv_heads_ * head;
-        if (!packed_qkv && (ctx.input(1).shape != Shape{B, S, kv_hidden} || ctx.input(2).shape != Shape{B, S, kv_hidden}))
-            throw KernelError(kOp + ": key and value must be (" + std::to_string(B) + ", " + std::to_string(S) + ", " +
-                              std::to_string(kv_hidden) + ")");
+        const DecoderTokens tokens(kOp, ctx, heads_, kv_heads_);
+        const int64_t B = tokens.batch(), S = tokens.length(), head = tokens.head_size(), q_hidden = tokens.q_hidden();
 
         const Tensor& past_key = ctx.input(3);
         const Tensor& past_value = ctx.input(4);
@@ -168,20 +158,6 @@ public:
         }
 
         const int32_t type = query.type;
-        const ConvertedInput<float> q_in(query, pool);
-        std::optional<ConvertedInput<float>> k_in, v_in;
-        if (!packed_qkv) {
-            k_in.emplace(ctx.input(1), pool);
-            v_in.emplace(ctx.input(2), pool);
-        }
-        const int64_t q_stride = query.shape[2];
-        auto new_q = [&](int64_t b, int64_t s) { return q_in.data() + (b * S + s) * q_stride; };
-        auto new_k = [&](int64_t b, int64_t s) {
-            return packed_qkv ? new_q(b, s) + q_hidden : k_in->data() + (b * S + s) * kv_hidden;
-        };
-        auto new_v = [&](int64_t b, int64_t s) {
-            return packed_qkv ? new_q(b, s) + q_hidden + kv_hidden : v_in->data() + (b * S + s) * kv_hidden;
-        };
         // Rotation as onnxruntime does it, then the rounding to the input type that its rotated copy has.
         auto rotate = [&](float* x, int64_t pos) {
             if (!tables) return;
@@ -209,8 +185,8 @@ public:
                 float* kc = k_cache + (bh * capacity + starts[b]) * head;
                 float* vc = v_cache + (bh * capacity + starts[b]) * head;
                 for (int64_t s = 0; s < S; ++s) {
-                    std::copy_n(new_k(b, s) + h * head, head, kc + s * head);
-                    std::copy_n(new_v(b, s) + h * head, head, vc + s * head);
+                    std::copy_n(tokens.k(b, s) + h * head, head, kc + s * head);
+                    std::copy_n(tokens.v(b, s) + h * head, head, vc + s * head);
                     rotate(kc + s * head, starts[b] + s);
                 }
             }
@@ -220,7 +196,7 @@ public:
             for (int64_t bs = first; bs < last; ++bs) {
                 const int64_t b = bs / S, s = bs % S;
                 float* dst = q + bs * q_hidden;
-                std::copy_n(new_q(b, s), q_hidden, dst);
+                std::copy_n(tokens.q(b, s), q_hidden, dst);
                 for (int64_t h = 0; h < heads_; ++h) rotate(dst + h * head, starts[b] + s);
             }
         });
