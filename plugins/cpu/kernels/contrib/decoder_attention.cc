@@ -154,12 +154,7 @@ public:
         }
 
         // Q (rotated) in scratch; the new K (rotated) and V appended to each entry's cache in present.
-        std::optional<RotaryTables> tables;
-        if (rotary_) {
-            if (!ctx.has_input(7) || !ctx.has_input(8)) throw KernelError(op + ": do_rotary needs cos_cache and sin_cache");
-            tables.emplace(op, ctx.input(7), ctx.input(8), pool);
-            if (2 * tables->half > head) throw KernelError(op + ": the rotary dimension exceeds the head size");
-        }
+        const std::optional<RotaryTables> tables = rotary_tables_of(op, ctx, rotary_, 7, head);
         const int64_t* position_ids = nullptr;
         if (ctx.has_input(9)) {
             const Tensor& p = ctx.input(9);

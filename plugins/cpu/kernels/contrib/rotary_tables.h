@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "runtime/kernel.h"
@@ -55,5 +56,18 @@ struct RotaryTables {
         }
     }
 };
+
+// The tables of a decoder attention node with do_rotary set: its cos_cache and sin_cache at inputs cos_input and
+// cos_input + 1, whose rotary dimension must fit the head size; none without do_rotary.
+inline std::optional<RotaryTables> rotary_tables_of(const std::string& op, KernelContext& ctx, bool do_rotary,
+                                                     size_t cos_input, int64_t head) {
+    if (!do_rotary) return std::nullopt;
+    if (!ctx.has_input(cos_input) || !ctx.has_input(cos_input + 1))
+        throw KernelError(op + ": do_rotary needs cos_cache and sin_cache");
+    std::optional<RotaryTables> tables;
+    tables.emplace(op, ctx.input(cos_input), ctx.input(cos_input + 1), ctx.pool());
+    if (2 * tables->half > head) throw KernelError(op + ": the rotary dimension exceeds the head size");
+    return tables;
+}
 
 }  // namespace tessera::cpu

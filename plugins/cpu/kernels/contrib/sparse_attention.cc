@@ -149,13 +149,9 @@ public:
                                   std::to_string(total));
         }
 
-        std::optional<RotaryTables> tables;
-        if (rotary_) {
-            if (!ctx.has_input(9) || !ctx.has_input(10)) throw KernelError(kOp + ": do_rotary needs cos_cache and sin_cache");
-            tables.emplace(kOp, ctx.input(9), ctx.input(10), pool);
-            if (2 * tables->half > head) throw KernelError(kOp + ": the rotary dimension exceeds the head size");
+        const std::optional<RotaryTables> tables = rotary_tables_of(kOp, ctx, rotary_, 9, head);
+        if (tables)
             for (int64_t b = 0; b < B; ++b) tables->check_position(kOp, starts[b] + S - 1);
-        }
 
         const int32_t type = query.type;
         // Rotation as onnxruntime does it, then the rounding to the input type that its rotated copy has.
