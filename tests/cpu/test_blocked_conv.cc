@@ -283,6 +283,10 @@ TEST(BlockedLayout, WinogradMatchesPlainConvolution) {
         {2, 48, 9, 13, 80, 3, 1, 1, 1},   // odd outputs (the last tiles cut), 80 filters, two images
         {1, 16, 6, 30, 16, 3, 1, 0, 1},   // no padding, a 16-filter panel
         {1, 64, 27, 27, 128, 3, 1, 1, 1}, // SqueezeNet's 27x27 layers: several tile blocks
+        // Filters outweighing the tiles' buffers (as on ResNet-50's 14x14 layers): every tile transformed first,
+        // then each (point, panel) product over all of them.
+        {1, 64, 8, 8, 64, 3, 1, 1, 1},   // 16 tiles in groups of 6, the last one partial
+        {2, 48, 7, 9, 96, 3, 1, 1, 1},   // odd outputs, 32-filter panels, two images
     };
     for (const Case& c : cases) {
         const WindowGeometry g = window(c.H, c.W, c.K, c.stride, c.pad, c.pad, c.dilation);

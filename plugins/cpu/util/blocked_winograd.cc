@@ -2,7 +2,9 @@
 // vector is 16 channels of one position, so the input and output transforms are vector adds with no transposes,
 // and the 16 channel sums are matrix products with the tiles as rows (util/lane_gemm.h's lane_matmul): transformed
 // inputs [tiles, C] x transformed filters [C, K] = products [tiles, K], whose 16-filter vectors the output transform
-// reads directly.  Tiles go in blocks whose buffers stay in L2, each block on one thread.
+// reads directly.  Tiles go in blocks whose buffers stay in L2, each block on one thread; where the transformed
+// filters are larger than all the tiles' buffers (small images, many channels), all tiles are transformed first and
+// each filter panel is then read once for all of them.
 #include "util/cpu_isa.h"
 
 #if TESSERA_CPU_X86
@@ -71,14 +73,13 @@ __attribute__((target("avx512f"))) void transform_inputs(const TileGeometry& q, 
     }
 }
 
-// Y for tiles [t0, t0 + count) from m[(p * count + t) * K + k]: A^T m A with A^T = [1 1 1 0; 0 1 -1 -1], then the
-// bias, the sum and the activation, stored blocked; outputs past the image's edge (odd sizes) are dropped.
+// Y for tiles [t0, t0 + count) from m[p * point_stride + t * K + k]: A^T m A with A^T = [1 1 1 0; 0 1 -1 -1], then
+// the bias, the sum and the activation, stored blocked; outputs past the image's edge (odd sizes) are dropped.
 __attribute__((target("avx512f"))) void transform_outputs(const TileGeometry& q, const float* m, int64_t K,
-                                                          int64_t t0, int64_t count, const float* bias,
-                                                          const ConvEpilogue* epilogue, bool vector_act,
-                                                          const float* z, float* y) {
+                                                          int64_t point_stride, int64_t t0, int64_t count,
+                                                          const float* bias, const ConvEpilogue* epilogue,
+                                                          bool vector_act, const float* z, float* y) {
     const int64_t blocks = K / kChannelBlock, plane = q.OH * q.OW * kChannelBlock;
-    const int64_t point_stride = count * K;
     for (int64_t t = 0; t < count; ++t) {
         const int64_t th = (t0 + t) / q.TW, tw = (t0 + t) % q.TW;
         for (int64_t kb = 0; kb < blocks; ++kb) {
@@ -128,6 +129,39 @@ void blocked_winograd_conv2d(ThreadPool& pool, const WindowGeometry& g, const Wi
     const int64_t per_block = std::max<int64_t>(row_block, ((tiles + wanted - 1) / wanted + row_block - 1) / row_block * row_block);
     const int64_t blocks = (tiles + per_block - 1) / per_block;
     const int64_t panels = filters.point(0).panels();
+    // Filters larger than every tile's transformed inputs and products together (ResNet-50's 14x14 layers: 4 MB of
+    // filters, 1.6 MB of tiles) would be read from memory once per block: then all tiles are transformed first,
+    // each (point, panel) product is one task over all of them, so that each filter is read once per image and the
+    // threads share the filters instead of each reading them all, and the outputs are transformed last.
+    const int64_t padded_tiles = (tiles + row_block - 1) / row_block * row_block;
+    if (blocks > 1 && C * K > padded_tiles * (C + K)) {
+        float* v = thread_scratch_buffer<float, 17>(16 * padded_tiles * C);
+        float* m = thread_scratch_buffer<float, 18>(16 * padded_tiles * K);
+        const int64_t groups = padded_tiles / row_block;
+        for (int64_t n = 0; n < N; ++n) {
+            const float* image = x + n * C * q.H * q.W;
+            pool.parallel_for(groups, 1, [&](int64_t first, int64_t last) {
+                const int64_t t0 = first * row_block, count = std::min(tiles, last * row_block) - t0;
+                if (count > 0) transform_inputs(q, image, C, t0, count, row_block, padded_tiles * C, v + t0 * C);
+            });
+            pool.parallel_for(16 * panels, 1, [&](int64_t first, int64_t last) {
+                for (int64_t task = first; task < last; ++task) {
+                    const int p = static_cast<int>(task / panels);
+                    const int64_t panel = task % panels;
+                    const int64_t next = task + 1 < last && panel + 1 < panels ? panel + 1 : -1;
+                    lane_matmul(filters.point(p), panel, panel + 1, v + p * padded_tiles * C, tiles,
+                                m + p * padded_tiles * K, K, nullptr, next);
+                }
+            });
+            float* out = y + n * K * q.OH * q.OW;
+            const float* sum = z != nullptr ? z + n * K * q.OH * q.OW : nullptr;
+            pool.parallel_for(tiles, 1, [&](int64_t first, int64_t last) {
+                transform_outputs(q, m + first * K, K, padded_tiles * K, first, last - first, bias, epilogue,
+                                  vector_act, sum, out);
+            });
+        }
+        return;
+    }
     for (int64_t n = 0; n < N; ++n) {
         const float* image = x + n * C * q.H * q.W;
         float* out = y + n * K * q.OH * q.OW;
@@ -140,7 +174,7 @@ void blocked_winograd_conv2d(ThreadPool& pool, const WindowGeometry& g, const Wi
                 transform_inputs(q, image, C, t0, count, row_block, per_block * C, v);
                 for (int p = 0; p < 16; ++p)
                     lane_matmul(filters.point(p), 0, panels, v + p * per_block * C, count, m + p * count * K, K);
-                transform_outputs(q, m, K, t0, count, bias, epilogue, vector_act, sum, out);
+                transform_outputs(q, m, K, count * K, t0, count, bias, epilogue, vector_act, sum, out);
             }
         });
     }
