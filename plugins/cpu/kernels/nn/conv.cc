@@ -471,9 +471,10 @@ private:
     }
 
     // Winograd between blocked tensors (blocked_winograd.cc) where it measured faster than the direct blocked
-    // kernel: outputs 14 wide and up (ResNet-50's 56x56 and 28x28 layers, 17-23% less time; its 14x14 ones, 20%
-    // less once their 4 MB of transformed filters were read once per image, not once per tile block; at 7x7 the
-    // transformed filters, 1.8x the direct ones' bytes, cost more to read than the products save), from 32 channels
+    // kernel: outputs 13 wide and up (ResNet-50's 56x56 and 28x28 layers, 17-23% less time; its 14x14 ones, 20%
+    // less once their 4 MB of transformed filters were read once per image, not once per tile block; SqueezeNet's
+    // 13x13 ones, 17-18% less; at 7x7 the transformed filters, 1.8x the direct ones' bytes, cost more to read than
+    // the products save: ResNet-50's 512-channel layers 11% slower), from 32 channels
     // up (SqueezeNet's 16-channel layers were 3% slower, their products too shallow), with 64 filters or more and
     // at least half as many filters as channels (DenseNet-121's 128 -> 32 layers took 1.7x as long: the
     // transforms, which grow with the channels, outweigh products that small).  TESSERA_CONV_WINOGRAD=0 turns it
@@ -481,7 +482,7 @@ private:
     static bool blocked_winograd_pays_off(const WindowGeometry& g, int64_t channels, int64_t filters) {
         const char* env = std::getenv("TESSERA_CONV_WINOGRAD");
         if (env != nullptr && env[0] == '0') return false;
-        return g.output[1] >= 14 && channels >= 32 && filters >= 64 && 2 * filters >= channels;
+        return g.output[1] >= 13 && channels >= 32 && filters >= 64 && 2 * filters >= channels;
     }
 
     // Winograd for 3x3 stride-1 layers (util/winograd.h).  TESSERA_CONV_WINOGRAD=0 turns it off (measurements).
