@@ -5,9 +5,10 @@
 // BatchNormalization, a residual sum whose buffer the convolution writes over, and values that must stay NCHW (a
 // graph output, a filter count that is not a multiple of 16, a reader without blocked support).
 //
-// A depthwise convolution that takes over the pointwise one before it, and a MaxPool that takes over a network's
-// first convolution (plugins/cpu/runtime/producer_fusion.cc, blocked_conv_window2d), give what the two give as
-// separate steps (TESSERA_CPU_FUSE_PRODUCERS=0).
+// A depthwise convolution that takes over the pointwise one before it, a pointwise projection that takes over the
+// depthwise convolution before it (and its expansion), and a MaxPool that takes over a network's first convolution
+// (plugins/cpu/runtime/producer_fusion.cc, blocked_conv_window2d), give what they give as separate steps
+// (TESSERA_CPU_FUSE_PRODUCERS=0).
 //
 // Concats whose inputs are written in place (plugins/cpu/runtime/concat_in_place.cc) give what copying Concats give
 // (TESSERA_CPU_CONCAT_IN_PLACE=0), in either layout: a dense block whose Concats nest, a fire module, an input read
@@ -256,6 +257,43 @@ ModelBuilder expansion_model() {
     return b;
 }
 
+// Inverted residual blocks whose projections take over their depthwise convolutions (whose outputs are 1 MB and
+// up): one without an expansion and an NCHW projection (24 filters); one whose depthwise convolution took over its
+// expansion, with a residual sum in NCHW; one strided, with a blocked projection.
+ModelBuilder projection_model() {
+    std::mt19937 rng(23);
+    ModelBuilder b;
+    b.input("x", {1, 64, 64, 64});
+    b.initializer("lo", {}, {0.0f});
+    b.initializer("hi", {}, {6.0f});
+    auto depthwise = [&](const std::string& x, const std::string& y, int64_t C, int64_t stride) {
+        b.initializer(y + "_w", {C, 1, 3, 3}, random_floats(C * 9, rng, 0.4f));
+        b.initializer(y + "_b", {C}, random_floats(C, rng, 0.1f));
+        auto& n = b.node("Conv", {x, y + "_w", y + "_b"}, {y});
+        set_ints(n, "kernel_shape", {3, 3});
+        set_ints(n, "strides", {stride, stride});
+        set_ints(n, "pads", {1, 1, 1, 1});
+        auto* group = n.add_attribute();
+        group->set_name("group");
+        group->set_type(onnx::AttributeProto::INT);
+        group->set_i(C);
+        b.node("Clip", {y, "lo", "hi"}, {y + "r"});
+    };
+    depthwise("x", "dA", 64, 1);  // 64 x 64 x 64 floats: 1 MB
+    conv(b, rng, "dAr", "pA", 64, 24, 1, 1, 0);
+    conv(b, rng, "pA", "eB", 24, 96, 1, 1, 0);  // 1.5 MB: taken over by its depthwise convolution
+    b.node("Clip", {"eB", "lo", "hi"}, {"eBr"});
+    depthwise("eBr", "dB", 96, 1);
+    conv(b, rng, "dBr", "pB", 96, 24, 1, 1, 0);
+    b.node("Add", {"pB", "pA"}, {"yB"});
+    conv(b, rng, "yB", "eC", 24, 256, 1, 1, 0);
+    b.node("Clip", {"eC", "lo", "hi"}, {"eCr"});
+    depthwise("eCr", "dC", 256, 2);  // 256 x 32 x 32 floats: 1 MB
+    conv(b, rng, "dCr", "yC", 256, 32, 1, 1, 0);
+    b.output("yB", {1, 24, 64, 64}).output("yC", {1, 32, 32, 32});
+    return b;
+}
+
 // Network stems whose first convolution's output (1 MB and up) the MaxPool after it takes over: ResNet's 7x7
 // stride-2 padded one and SqueezeNet's unpadded 3x3 stride-2 one, each with a padded or an unpadded pool.
 ModelBuilder stem_model() {
@@ -306,6 +344,14 @@ TEST(ProducerFusion, ExpansionsTakenOverGiveWhatSeparateStepsGive) {
     const std::vector<int64_t> dims{1, 16, 58, 58};
     const std::vector<float> x = random_floats(16 * 58 * 58, rng, 1.0f);
     expect_same_outputs(run_model(b, dims, x, 1, true, true, false), run_model(b, dims, x, 1, true), 1);
+}
+
+TEST(ProducerFusion, DepthwiseConvolutionsTakenOverByTheirProjectionsGiveWhatSeparateStepsGive) {
+    const ModelBuilder b = projection_model();
+    std::mt19937 rng(29);
+    const std::vector<int64_t> dims{1, 64, 64, 64};
+    const std::vector<float> x = random_floats(64 * 64 * 64, rng, 1.0f);
+    expect_same_outputs(run_model(b, dims, x, 2, true, true, false), run_model(b, dims, x, 2, true), 2);
 }
 
 TEST(ProducerFusion, StemConvolutionsTakenOverByTheirMaxPoolGiveWhatSeparateStepsGive) {

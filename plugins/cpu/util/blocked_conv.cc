@@ -208,6 +208,9 @@ struct Geometry {
     // in a ring of ring_rows rows (blocked_conv_window2d), slot ih % ring_rows.
     int64_t ring_rows;
     int64_t row_slot(int64_t ih) const { return ring_rows > 0 ? ih % ring_rows : ih; }
+    // The depthwise loops store output row oh at y + (oh - out_row0) * OW * 16: a band of rows starting at
+    // out_row0 (blocked_conv_window2d's consumer), else the whole plane.
+    int64_t out_row0;
 };
 
 Geometry geometry_of(const WindowGeometry& g, int64_t C) {
@@ -408,7 +411,7 @@ __attribute__((target("avx512f"))) inline void depthwise_positions(const Geometr
 __attribute__((target("avx512f"))) inline void store_position(const Geometry& q, int64_t oh, int64_t ow,
                                                               const __m512& value, const ConvEpilogue* epilogue,
                                                               bool vector_act, const float* z, float* y) {
-    const int64_t at = (oh * q.OW + ow) * kChannelBlock;
+    const int64_t at = ((oh - q.out_row0) * q.OW + ow) * kChannelBlock;
     __m512 v = value;
     if (z != nullptr) v = _mm512_add_ps(v, _mm512_loadu_ps(z + at));
     if (epilogue != nullptr && vector_act) v = activate(v, *epilogue);
@@ -531,10 +534,79 @@ void blocked_max_pool2d(ThreadPool& pool, const WindowGeometry& g, int64_t N, in
 // and no faster with 512 KB.
 constexpr int64_t kProducerRingBytes = int64_t(256) << 10;
 
+namespace {
+
+// Positions [j_begin, j_end) of a consumer convolution (BlockedConsumerConv) over its `channels` input channels, all
+// filter panels: position j's channel c is band[(j - j_origin) * 16 + offsets[c]] (a band of blocked rows).  Y and
+// Z are the image's [M, P] NCHW or blocked tensors.  On the calling thread.
+void consume_band(const BlockedConsumerConv& consumer, const int64_t* offsets, int64_t channels, const float* band,
+                  int64_t j_origin, int64_t j_begin, int64_t j_end, int64_t P, const float* z, float* y) {
+    const LanePackedFilters& filters = *consumer.filters;
+    const int64_t M = filters.rows(), width = filters.panel_width();
+    const std::pair<const PositionTileFn*, int64_t> tiles_of_width = tiles_for(width, kChannelBlock);
+    const PositionTileFn* tile_fns = tiles_of_width.first;
+    const int64_t tile_height = tiles_of_width.second;
+    const ConvEpilogue* epilogue = consumer.epilogue;
+    const bool vector_act = epilogue == nullptr || vector_activation(*epilogue);
+    alignas(64) float results[kChunk * kLanePanelWidth];
+    alignas(64) float panel_bias[kLanePanelWidth];
+    const float* xs[kMaxTileRows];
+    float* outs[kMaxTileRows];
+    const float* sums[kMaxTileRows];
+    for (int64_t p = 0; p < filters.panels(); ++p) {
+        const int64_t m0 = p * width, live = std::min(width, M - m0);
+        std::fill(panel_bias, panel_bias + kLanePanelWidth, 0.0f);
+        if (consumer.bias != nullptr) std::copy(consumer.bias + m0, consumer.bias + m0 + live, panel_bias);
+        for (int64_t j0 = j_begin; j0 < j_end; j0 += kChunk) {
+            const int64_t chunk = std::min(kChunk, j_end - j0);
+            for (int64_t r0 = 0; r0 < chunk; r0 += tile_height) {
+                const int64_t rows = std::min(tile_height, chunk - r0);
+                xs[0] = band + (j0 + r0 - j_origin) * kChannelBlock;
+                for (int64_t r = 0; r < rows; ++r) {
+                    const int64_t j = j0 + r0 + r;
+                    if (consumer.y_blocked) {
+                        const int64_t at = (m0 / kChannelBlock * P + j) * kChannelBlock;
+                        outs[r] = y + at;
+                        sums[r] = z != nullptr ? z + at : nullptr;
+                    } else {
+                        outs[r] = results + (r0 + r) * kLanePanelWidth;
+                    }
+                }
+                const TileOutput to =
+                    consumer.y_blocked
+                        ? TileOutput{outs, z != nullptr ? sums : nullptr, P * kChannelBlock, int(live / kChannelBlock),
+                                     vector_act ? epilogue : nullptr, nullptr, 0}
+                        : TileOutput{outs, nullptr, kChannelBlock, int(width / kChannelBlock), nullptr, nullptr, 0};
+                tile_fns[rows - 1](channels, filters.panel(p), xs, offsets, panel_bias, to);
+                if (consumer.y_blocked && !vector_act) {
+                    for (int64_t r = 0; r < rows; ++r)
+                        for (int64_t v = 0; v < live / kChannelBlock; ++v)
+                            epilogue->apply(outs[r] + v * P * kChannelBlock, static_cast<const float*>(nullptr),
+                                            kChannelBlock);
+                }
+            }
+            if (!consumer.y_blocked) {
+                float* out = y + m0 * P + j0;
+                lane_store_transposed(results, live, chunk, out, P, epilogue, z != nullptr ? z + m0 * P + j0 : nullptr);
+                if (epilogue != nullptr && !vector_act)
+                    for (int64_t m = 0; m < live; ++m)
+                        epilogue->apply(out + m * P, static_cast<const float*>(nullptr), chunk);
+            }
+        }
+    }
+}
+
+}  // namespace
+
 void blocked_conv_window2d(ThreadPool& pool, const BlockedProducerConv& producer, const WindowGeometry& g,
                            const float* packed_w, const float* bias, const ConvEpilogue* epilogue, int64_t N,
-                           const float* x, float* y) {
+                           const float* x, float* y, const BlockedConsumerConv* consumer) {
     if (epilogue != nullptr && !epilogue->active()) epilogue = nullptr;
+    BlockedConsumerConv consumer_conv{};
+    if (consumer != nullptr) {
+        consumer_conv = *consumer;
+        if (consumer_conv.epilogue != nullptr && !consumer_conv.epilogue->active()) consumer_conv.epilogue = nullptr;
+    }
     const ConvEpilogue* conv_epilogue =
         producer.epilogue != nullptr && producer.epilogue->active() ? producer.epilogue : nullptr;
     const bool max = packed_w == nullptr;
@@ -573,6 +645,16 @@ void blocked_conv_window2d(ThreadPool& pool, const BlockedProducerConv& producer
     ring.ring_rows = rows_in(step_rows);
     const int64_t block_floats = ring.ring_rows * q.W * kChannelBlock;  // one channel block's ring
     const int64_t parts = std::min<int64_t>(q.OH, pool.size());
+    // With a consumer, the window's rows of a step go to a band of step_rows rows per channel block, and the
+    // consumer's step k = channel c reads them at a fixed offset from each position's address.
+    const int64_t band_floats = step_rows * q.OW * kChannelBlock, P = q.OH * q.OW;
+    int64_t* consumer_offsets = nullptr;
+    if (consumer != nullptr) {
+        consumer_offsets = thread_scratch_buffer<int64_t, 19>(M);
+        for (int64_t c = 0; c < M; ++c)
+            consumer_offsets[c] = (c / kChannelBlock) * band_floats + c % kChannelBlock;
+    }
+    const int64_t M_out = consumer != nullptr ? consumer->filters->rows() : M;
 
     for (int64_t n = 0; n < N; ++n) {
         const float* image = x + n * C * qc.H * qc.W;
@@ -580,10 +662,14 @@ void blocked_conv_window2d(ThreadPool& pool, const BlockedProducerConv& producer
             pad_image(pool, qc, image, producer.x_blocked, padded);
             image = padded;
         }
-        float* y_image = y + n * M * q.OH * q.OW;
+        float* y_image = y + n * M_out * P;
+        const float* z_image = consumer_conv.z != nullptr ? consumer_conv.z + n * M_out * P : nullptr;
         pool.parallel_for(parts, 1, [&](int64_t first, int64_t last) {
             // Whole cache lines per position: a store split across two lines costs two.
             float* rows = align_up(thread_scratch_buffer<float, 16>(blocks * block_floats + kChannelBlock));
+            float* band = consumer != nullptr
+                              ? align_up(thread_scratch_buffer<float, 20>(blocks * band_floats + kChannelBlock))
+                              : nullptr;
             alignas(64) float panel_bias[kLanePanelWidth];
             const float* xs[kMaxTileRows];
             float* outs[kMaxTileRows];
@@ -622,18 +708,68 @@ void blocked_conv_window2d(ThreadPool& pool, const BlockedProducerConv& producer
                         }
                     }
                     made_end = std::max(made_end, need_end);
-                    // The window operation on output rows [o0, o1) from them.
+                    // The window operation on output rows [o0, o1) from them, into Y or the band.
+                    Geometry window = ring;
+                    if (band != nullptr) window.out_row0 = o0;
                     for (int64_t b = 0; b < blocks; ++b) {
-                        float* y_block = y_image + b * q.OH * q.OW * kChannelBlock;
+                        float* y_block = band != nullptr ? band + b * band_floats : y_image + b * P * kChannelBlock;
                         if (max) {
-                            depthwise_rows<true>(ring, rows + b * block_floats, nullptr, nullptr, nullptr, true,
+                            depthwise_rows<true>(window, rows + b * block_floats, nullptr, nullptr, nullptr, true,
                                                  nullptr, y_block, o0, o1);
                         } else {
-                            depthwise_rows<false>(ring, rows + b * block_floats, packed_w + b * taps * kChannelBlock,
+                            depthwise_rows<false>(window, rows + b * block_floats, packed_w + b * taps * kChannelBlock,
                                                   bias != nullptr ? bias + b * kChannelBlock : nullptr, epilogue,
                                                   vector_act, nullptr, y_block, o0, o1);
                         }
                     }
+                    // The consumer's positions of those rows, from the band.
+                    if (band != nullptr)
+                        consume_band(consumer_conv, consumer_offsets, M, band, o0 * q.OW, o0 * q.OW, o1 * q.OW, P,
+                                     z_image, y_image);
+                }
+            }
+        });
+    }
+}
+
+// The band a step of blocked_depthwise_pointwise2d makes at most (rows of every channel block), so that it stays in
+// L2 beside the consumer's filters.
+constexpr int64_t kDepthwiseBandBytes = int64_t(128) << 10;
+
+void blocked_depthwise_pointwise2d(ThreadPool& pool, const WindowGeometry& g, const float* packed_w, const float* bias,
+                                   const ConvEpilogue* epilogue, int64_t N, int64_t C, const float* x,
+                                   const BlockedConsumerConv& consumer, float* y) {
+    if (epilogue != nullptr && !epilogue->active()) epilogue = nullptr;
+    BlockedConsumerConv consumer_conv = consumer;
+    if (consumer_conv.epilogue != nullptr && !consumer_conv.epilogue->active()) consumer_conv.epilogue = nullptr;
+    const Geometry q = geometry_of(g, C);
+    const bool vector_act = epilogue == nullptr || vector_activation(*epilogue);
+    const int64_t blocks = C / kChannelBlock, taps = q.KH * q.KW, P = q.OH * q.OW;
+    const int64_t in_block = q.H * q.W * kChannelBlock, M_out = consumer.filters->rows();
+    const int64_t row_bytes = blocks * q.OW * kChannelBlock * static_cast<int64_t>(sizeof(float));
+    const int64_t step_rows = std::clamp<int64_t>(kDepthwiseBandBytes / row_bytes, 1, q.OH);
+    const int64_t band_floats = step_rows * q.OW * kChannelBlock;
+    int64_t* offsets = thread_scratch_buffer<int64_t, 19>(C);
+    for (int64_t c = 0; c < C; ++c) offsets[c] = (c / kChannelBlock) * band_floats + c % kChannelBlock;
+    const int64_t parts = std::min<int64_t>(q.OH, pool.size());
+    for (int64_t n = 0; n < N; ++n) {
+        const float* image = x + n * C * q.H * q.W;
+        float* y_image = y + n * M_out * P;
+        const float* z_image = consumer_conv.z != nullptr ? consumer_conv.z + n * M_out * P : nullptr;
+        pool.parallel_for(parts, 1, [&](int64_t first, int64_t last) {
+            float* band = align_up(thread_scratch_buffer<float, 20>(blocks * band_floats + kChannelBlock));
+            for (int64_t part = first; part < last; ++part) {
+                for (int64_t o0 = band_begin(q.OH, parts, part), o_end = band_begin(q.OH, parts, part + 1);
+                     o0 < o_end; o0 += step_rows) {
+                    const int64_t o1 = std::min(o_end, o0 + step_rows);
+                    Geometry window = q;
+                    window.out_row0 = o0;
+                    for (int64_t b = 0; b < blocks; ++b)
+                        depthwise_rows<false>(window, image + b * in_block, packed_w + b * taps * kChannelBlock,
+                                              bias != nullptr ? bias + b * kChannelBlock : nullptr, epilogue,
+                                              vector_act, nullptr, band + b * band_floats, o0, o1);
+                    consume_band(consumer_conv, offsets, C, band, o0 * q.OW, o0 * q.OW, o1 * q.OW, P, z_image,
+                                 y_image);
                 }
             }
         });
@@ -710,7 +846,11 @@ void blocked_depthwise2d(ThreadPool&, const WindowGeometry&, const float*, int64
     x86_kernel_unavailable(__func__);
 }
 void blocked_conv_window2d(ThreadPool&, const BlockedProducerConv&, const WindowGeometry&, const float*, const float*,
-                           const ConvEpilogue*, int64_t, const float*, float*) {
+                           const ConvEpilogue*, int64_t, const float*, float*, const BlockedConsumerConv*) {
+    x86_kernel_unavailable(__func__);
+}
+void blocked_depthwise_pointwise2d(ThreadPool&, const WindowGeometry&, const float*, const float*, const ConvEpilogue*,
+                                   int64_t, int64_t, const float*, const BlockedConsumerConv&, float*) {
     x86_kernel_unavailable(__func__);
 }
 void blocked_max_pool2d(ThreadPool&, const WindowGeometry&, int64_t, int64_t, const float*, float*) {

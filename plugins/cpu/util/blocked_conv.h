@@ -107,15 +107,37 @@ public:
     virtual BlockedProducerConv blocked_source(const KernelContext& ctx, size_t first_input) const = 0;
 };
 
+// A 1x1 stride-1 unpadded convolution with one group reading a window operation's output, which it takes over
+// (blocked_conv_window2d): filters packed by blocked_panel_width when its output is blocked, else by any width;
+// bias (or NULL); an epilogue whose sum, if any, is z (laid out like its output).
+struct BlockedConsumerConv {
+    const LanePackedFilters* filters;
+    const float* bias;
+    const ConvEpilogue* epilogue;
+    const float* z;
+    bool y_blocked;
+};
+
+// Y = consumer(blocked_depthwise2d(X)) (g, packed_w, bias and epilogue as there, no sum) without the depthwise
+// convolution's output leaving the cache: each thread takes a run of output rows and, a few rows at a time, makes
+// them into a band buffer and the consumer's positions from there.  MobileNetV2's first block.  Splits the work
+// across the pool; call it outside any parallel region.
+void blocked_depthwise_pointwise2d(ThreadPool& pool, const WindowGeometry& g, const float* packed_w, const float* bias,
+                                   const ConvEpilogue* epilogue, int64_t N, int64_t C, const float* x,
+                                   const BlockedConsumerConv& consumer, float* y);
+
 // Y = window(conv(X)) without the convolution's output ever leaving the cache: each thread takes a run of output
 // rows and, a few rows at a time, computes the convolution rows they read into a ring buffer and the window
 // operation's rows from there.  The window operation is blocked_depthwise2d with g, packed_w, bias and epilogue (no
 // sum), or with packed_w NULL, blocked_max_pool2d with g.  Y blocked.  MobileNetV2's expansions into its depthwise
 // convolutions, and a first convolution into its MaxPool (SqueezeNet, ResNet), whose outputs are the networks'
-// largest tensors.  Splits the work across the pool; call it outside any parallel region.
+// largest tensors.  With a consumer, the window operation's rows go to a band buffer of the thread instead, and Y
+// is consumer(window(conv(X))), computed from the band as each step's rows are made: MobileNetV2's whole inverted
+// residual blocks (expansion, depthwise, projection) in one pass.  Splits the work across the pool; call it outside
+// any parallel region.
 void blocked_conv_window2d(ThreadPool& pool, const BlockedProducerConv& producer, const WindowGeometry& g,
                            const float* packed_w, const float* bias, const ConvEpilogue* epilogue, int64_t N,
-                           const float* x, float* y);
+                           const float* x, float* y, const BlockedConsumerConv* consumer = nullptr);
 
 // MaxPool from a blocked X to a blocked Y (C a multiple of 16), on the depthwise kernel's loops; every window must
 // hold at least one element of the image.  Splits the work across the pool.  (An AveragePool whose windows all lie

@@ -239,8 +239,12 @@ public:
     }
 
     // A blocked depthwise convolution takes over the blocked pointwise one feeding it, when the tensor between
-    // them is large enough to leave the cache (blocked_conv_window2d).
+    // them is large enough to leave the cache (blocked_conv_window2d); and a blocked pointwise one the depthwise one
+    // feeding it when that one took over its own expansion, so that a whole inverted residual block runs as one
+    // pass: the projection reads the depthwise rows from the cache as they are made.
     bool can_absorb(size_t input, const Kernel& producer) const override {
+        if (const auto* window = dynamic_cast<const ConvKernel*>(&producer); window != nullptr && !depthwise_)
+            return input == 0 && takes_over_window(*window);
         const auto* source = dynamic_cast<const BlockedConvSource*>(&producer);
         if (input != 0 || source == nullptr || !depthwise_ || depthwise_filters_.empty() || epilogue_.has_sum ||
             !declared_ || declared_->rank() != 2)
@@ -284,7 +288,8 @@ public:
 
     void compute(KernelContext& ctx) const override {
         if (absorbed_) {
-            compute_with_pointwise(ctx);
+            if (depthwise_) compute_with_pointwise(ctx);
+            else compute_with_window(ctx);
             return;
         }
         const Tensor& X = ctx.input(0);
@@ -401,24 +406,93 @@ public:
     }
 
 private:
-    // The depthwise convolution of the convolution it took over (absorb): X is that convolution's input.
-    void compute_with_pointwise(KernelContext& ctx) const {
-        const BlockedProducerConv producer =
-            dynamic_cast<const BlockedConvSource&>(*absorbed_).blocked_source(ctx, absorbed_inputs_);
-        const Tensor& X = ctx.input(absorbed_inputs_);
+    // A depthwise convolution with its expansion taken over, as the step of a pointwise convolution that took it
+    // over in turn: what the three need to run as one (blocked_conv_window2d with a consumer).
+    struct TakenOverWindow {
+        std::optional<BlockedProducerConv> producer;  // its expansion, when it took one over
+        const Tensor* x;  // the expansion's input, else the depthwise convolution's
+        WindowGeometry g;  // the depthwise convolution's
+        const float* bias;
+    };
+
+    // Whether this pointwise convolution takes over `window`: a blocked depthwise convolution (with its expansion
+    // taken over or not), no sum and a vector activation (the tiles apply it), feeding this blocked 1x1 stride-1
+    // unpadded convolution of one group, whose input is large enough to leave the cache.
+    bool takes_over_window(const ConvKernel& window) const {
+        if (!window.depthwise_ || window.depthwise_filters_.empty() || window.epilogue_.has_sum ||
+            (window.epilogue_.active() && !vector_activation(window.epilogue_)) || absorbed_ || lane_filters_.empty() ||
+            !layout_.x_blocked || group_ != 1 || !declared_ || declared_->rank() != 2 || !declared_->is_pointwise() ||
+            !window.declared_ || packed_shape_[1] != window.packed_shape_[0])
+            return false;
+        const char* env = std::getenv("TESSERA_CPU_FUSE_PROJECTIONS");
+        if (env != nullptr && env[0] == '0') return false;
+        return packed_shape_[1] * declared_->input_size() * int64_t(sizeof(float)) >= kTakenOverMinBytes;
+    }
+
+    // This depthwise convolution (with its expansion taken over) as seen from the step of the pointwise convolution
+    // that took it over, its inputs from `first` on there.
+    TakenOverWindow taken_over_window(const KernelContext& ctx, size_t first) const {
         const int64_t M = packed_shape_[0];
+        const Tensor* B = bias_ ? &bias_->tensor() : ctx.has_input(first + 2) ? &ctx.input(first + 2) : nullptr;
+        if (B != nullptr && (B->type != TESS_ELEMENT_FLOAT32 || B->rank() != 1 || B->shape[0] != M))
+            throw KernelError("Conv: B " + shape_string(B->shape) + " must be float [" + std::to_string(M) + "]");
+        if (!absorbed_) {
+            const Tensor& X = ctx.input(first);
+            if (X.type != TESS_ELEMENT_FLOAT32 || X.rank() != 4 || X.shape[1] != M)
+                throw KernelError("Conv: X " + shape_string(X.shape) + " of the depthwise convolution taken over must "
+                                  "be float [N, " + std::to_string(M) + ", H, W]");
+            const WindowGeometry g = resolve_window("Conv", attrs_, Shape(X.shape.begin() + 2, X.shape.end()),
+                                                    Shape(packed_shape_.begin() + 2, packed_shape_.end()));
+            return TakenOverWindow{std::nullopt, &X, g, B != nullptr ? B->ptr<float>() : nullptr};
+        }
+        const size_t producer_first = first + absorbed_inputs_;
+        const BlockedProducerConv producer =
+            dynamic_cast<const BlockedConvSource&>(*absorbed_).blocked_source(ctx, producer_first);
+        const Tensor& X = ctx.input(producer_first);
         if (!producer.g.is_pointwise() || producer.g.rank() != 2)
             throw KernelError("Conv: the convolution before it is not pointwise for X " + shape_string(X.shape));
         const WindowGeometry g = resolve_window("Conv", attrs_, producer.g.output,
                                                 Shape(packed_shape_.begin() + 2, packed_shape_.end()));
+        return TakenOverWindow{producer, &X, g, B != nullptr ? B->ptr<float>() : nullptr};
+    }
+
+    // The depthwise convolution of the convolution it took over (absorb): X is that convolution's input.
+    void compute_with_pointwise(KernelContext& ctx) const {
+        const TakenOverWindow window = taken_over_window(ctx, 0);
+        const Tensor& X = *window.x;
+        const int64_t N = X.shape[0], M = packed_shape_[0];
+        Tensor& Y = ctx.output(0, X.type, Shape{N, M, window.g.output[0], window.g.output[1]});
+        if (Y.size() == 0) return;
+        blocked_conv_window2d(ctx.pool(), *window.producer, window.g, depthwise_filters_.data(), window.bias,
+                              &epilogue_, N, X.ptr<float>(), Y.ptr<float>());
+    }
+
+    // This pointwise convolution of the depthwise convolution it took over (and of that one's expansion, if it took
+    // one over).
+    void compute_with_window(KernelContext& ctx) const {
+        const auto& depthwise = static_cast<const ConvKernel&>(*absorbed_);
+        const TakenOverWindow window = depthwise.taken_over_window(ctx, absorbed_inputs_);
+        const Tensor& X = *window.x;
+        const int64_t N = X.shape[0], M = packed_shape_[0];
+        const Shape y_shape{N, M, window.g.output[0], window.g.output[1]};
         const Tensor* B = bias(ctx);
         if (B != nullptr && (B->type != TESS_ELEMENT_FLOAT32 || B->rank() != 1 || B->shape[0] != M))
             throw KernelError("Conv: B " + shape_string(B->shape) + " must be float [" + std::to_string(M) + "]");
-        const int64_t N = X.shape[0];
-        Tensor& Y = ctx.output(0, X.type, Shape{N, M, g.output[0], g.output[1]});
+        const Tensor* Z = epilogue_.has_sum ? &ctx.input(3) : nullptr;
+        if (Z != nullptr && (Z->type != TESS_ELEMENT_FLOAT32 || Z->shape != y_shape))
+            throw KernelError("FusedConv: Z " + shape_string(Z->shape) + " must have Y's type and shape " +
+                              shape_string(y_shape));
+        Tensor& Y = ctx.output(0, X.type, y_shape);
         if (Y.size() == 0) return;
-        blocked_conv_window2d(ctx.pool(), producer, g, depthwise_filters_.data(), B != nullptr ? B->ptr<float>() : nullptr,
-                              &epilogue_, N, X.ptr<float>(), Y.ptr<float>());
+        const BlockedConsumerConv consumer{&lane_filters_, B != nullptr ? B->ptr<float>() : nullptr, &epilogue_,
+                                           Z != nullptr ? Z->ptr<float>() : nullptr, layout_.y_blocked};
+        if (window.producer) {
+            blocked_conv_window2d(ctx.pool(), *window.producer, window.g, depthwise.depthwise_filters_.data(),
+                                  window.bias, &depthwise.epilogue_, N, X.ptr<float>(), Y.ptr<float>(), &consumer);
+        } else {
+            blocked_depthwise_pointwise2d(ctx.pool(), window.g, depthwise.depthwise_filters_.data(), window.bias,
+                                          &depthwise.epilogue_, N, X.shape[1], X.ptr<float>(), consumer, Y.ptr<float>());
+        }
     }
 
     // Packs the constant filters once, for the blocked layout's kernel or for the NCHW family the declared geometry
