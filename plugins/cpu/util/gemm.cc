@@ -719,8 +719,10 @@ void run_matmul(ThreadPool& pool, const MatMulPlan& plan, const T* A, const T* B
         return;
     }
     const int64_t product_work = M * N * std::max<int64_t>(K, 1);
-    if (plan.batch > 1 && product_work < kWorkPerTask * pool.size()) {
-        // Many small products: one product per task beats splitting each one.
+    if (plan.batch > 1 && (product_work < kWorkPerTask * pool.size() || plan.batch >= 2 * pool.size())) {
+        // Many small products, or products enough to give every thread two or more: one product per task beats
+        // splitting each one (BERT-base's attention, 12 heads of [128, 64] x [64, 128] on 2 threads: 1.16x faster
+        // than on one when each product was split, ~2x now).
         if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
             check_blas_range(M, N, K, K, N, N);
         }
