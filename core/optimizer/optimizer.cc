@@ -16,6 +16,7 @@ std::vector<std::unique_ptr<GraphPass>> default_passes() {
     passes.push_back(make_fuse_conv_activation_pass());
     passes.push_back(make_fuse_gelu_pass());
     passes.push_back(make_fuse_matmul_bias_pass());  // after fuse-gelu, so that the GELU it makes joins the layer
+    passes.push_back(make_fuse_attention_pass());
     passes.push_back(make_fuse_dynamic_quantization_pass());
     passes.push_back(make_fuse_quantized_lookup_pass());  // after folding, which makes the groups' parameters constant
     passes.push_back(make_dead_node_pass());

@@ -59,7 +59,11 @@ extern "C" {
  *   QuantizedLookup(X, table) -> Y: Y[n, c, ...] = table[c, b] (table[0, b] for a [1, 256] table), b the bits of
  *     X's element read as an unsigned byte; X uint8 or int8 with its channels on axis 1; table a constant
  *     [C, 256] or [1, 256] of Y's type (uint8 or int8).  Replaces DequantizeLinear -> per-channel float operators
- *     -> QuantizeLinear (added after the others; a provider that does not claim it keeps the original nodes). */
+ *     -> QuantizeLinear (added after the others; a provider that does not claim it keeps the original nodes).
+ *   Attention(Q, K, V, [attn_mask]) -> Y: ONNX's Attention (opset 23) for models of any opset, as the optimizer
+ *     writes it: 3-D float32 Q [B, S, H * D], K [B, T, H * D], V [B, T, H * Dv], `q_num_heads` = `kv_num_heads` = H,
+ *     `scale`, and a float32 additive mask broadcasting to [B, H, S, T]; Y [B, S, H * Dv].  Replaces attention written
+ *     out with Reshape/Transpose head splits, MatMul, Div or Mul, Add, Softmax and MatMul (added after the others). */
 #define TESS_FUSED_OPS_DOMAIN "ai.tessera"
 
 /* ---- Read-only graph views ---------------------------------------------------------------------------------

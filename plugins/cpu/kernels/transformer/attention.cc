@@ -52,7 +52,7 @@ int32_t parse_precision(const NodeInfo& info, std::string_view name) {
 class AttentionKernel final : public Kernel {
 public:
     explicit AttentionKernel(const NodeInfo& info)
-        : opset_(info.opset()),
+        : opset_(info.domain() == TESS_FUSED_OPS_DOMAIN ? 23 : info.opset()),
           q_num_heads_(info.attr_int("q_num_heads", 0)),
           kv_num_heads_(info.attr_int("kv_num_heads", 0)),
           is_causal_(info.attr_int("is_causal", 0) != 0),
@@ -422,6 +422,9 @@ void register_attention_kernels(KernelRegistry& registry) {
     registry.add({"", "Attention", 24, 24, attention_inputs, KernelMemory::Normal, make_factory<AttentionKernel>()});
     // Opset 25 adds the sliding window (left_window_size, right_window_size).
     registry.add({"", "Attention", 25, 0, attention_inputs, KernelMemory::Normal, make_factory<AttentionKernel>()});
+    // The optimizer's fused attention (provider.h): opset 23's operator for models of any opset.
+    registry.add({TESS_FUSED_OPS_DOMAIN, "Attention", 1, 0, attention_inputs, KernelMemory::Normal,
+                  make_factory<AttentionKernel>()});
     registry.add({"ai.onnx.preview", "FlexAttention", 1, 0, qkv, KernelMemory::Normal,
                   make_factory<FlexAttentionKernel>()});
 }

@@ -46,6 +46,8 @@ struct AttentionDims {
 };
 
 inline constexpr int64_t kRowBlock = 32;          // query rows per task: their scores stay in cache
+inline constexpr int64_t kWholeHeadRows = 512;     // or a whole head per task (run_fused_attention), up to this many
+inline constexpr int64_t kWholeHeadScores = 1 << 16;  // rows and this many scores (256 KB)
 inline constexpr int64_t kTaskWork = 1 << 16;     // multiply-adds worth a parallel task
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -236,18 +238,24 @@ void run_fused_attention(ThreadPool& pool, const AttentionDims& d, C scale, cons
             for (int64_t h = 0; h < d.q_heads; ++h) zero_rows(b, h, 0, d.q_len);
         return;
     }
-    check_gemm_dimensions(kRowBlock, d.kv_len, d.head_size);
-    check_gemm_dimensions(kRowBlock, d.v_head_size, d.kv_len);
-    const int64_t blocks = ceil_div(d.q_len, kRowBlock);
-    const int64_t rows_per_block = std::min(d.q_len, kRowBlock);
+    // Blocks of kRowBlock query rows; a whole head per task when the heads alone give every thread two or more
+    // and its scores stay small (BERT-base's 128 x 128): each block's products pack K and V again, so that four
+    // blocks per head cost more than the products (1.0 ms a layer against 0.6).
+    const bool whole_heads = d.batch * d.q_heads >= 2 * pool.size() && d.q_len <= kWholeHeadRows &&
+                             d.q_len * d.kv_len <= kWholeHeadScores;
+    const int64_t row_block = whole_heads ? std::max<int64_t>(d.q_len, 1) : kRowBlock;
+    check_gemm_dimensions(row_block, d.kv_len, d.head_size);
+    check_gemm_dimensions(row_block, d.v_head_size, d.kv_len);
+    const int64_t blocks = ceil_div(d.q_len, row_block);
+    const int64_t rows_per_block = std::min(d.q_len, row_block);
     const int64_t work = rows_per_block * d.kv_len * (d.head_size + d.v_head_size + 8);
     pool.parallel_for(d.batch * d.q_heads * blocks, std::max<int64_t>(1, kTaskWork / work), [&](int64_t begin,
                                                                                                     int64_t end) {
         C* scores = thread_scratch_buffer<C>(rows_per_block * d.kv_len);
-        bool attends[kRowBlock];
+        uint8_t* attends = thread_scratch_buffer<uint8_t, 1>(rows_per_block);
         for (int64_t task = begin; task < end; ++task) {
             const int64_t block = task % blocks, h = (task / blocks) % d.q_heads, b = task / blocks / d.q_heads;
-            const int64_t i0 = block * kRowBlock, rows = std::min(kRowBlock, d.q_len - i0);
+            const int64_t i0 = block * row_block, rows = std::min(row_block, d.q_len - i0);
             // Keys no row of the block can see (causal future, padding) are skipped unless the scores are output.
             int64_t keys = d.kv_len;
             if (epilogue.qk_output == nullptr && !epilogue.bias.empty()) {
