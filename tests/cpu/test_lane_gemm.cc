@@ -117,6 +117,48 @@ TEST(LaneGemm, MatmulMatchesPlainProduct) {
     }
 }
 
+// One LanePackedFilters re-packed for operands of several shapes (growing, shrinking, growing again), as attention
+// packs each head's keys and values into the same memory: every product against a plain one.
+TEST(LaneGemm, RepackedFiltersMatchPlainProducts) {
+    if (!lane_gemm_supported()) GTEST_SKIP() << "the lane kernels need AVX-512F (or TESSERA_CPU_MAX_ISA caps them)";
+    std::mt19937 rng(11);
+    struct Shape3 {
+        int64_t M, K, N;
+    };
+    const Shape3 shapes[] = {{7, 24, 40}, {128, 64, 128}, {5, 3, 17}, {33, 130, 64}, {1, 16, 200}};
+    LanePackedFilters as_filters, as_depth_major;
+    for (const Shape3& s : shapes) {
+        SCOPED_TRACE("M " + std::to_string(s.M) + " K " + std::to_string(s.K) + " N " + std::to_string(s.N));
+        const int64_t lda = s.K + 3, ldw = s.K + 1, ldb = s.N + 2, ldc = s.N + 4;
+        const std::vector<float> A = random_floats(size_t(s.M * lda), rng);
+        const std::vector<float> W = random_floats(size_t(s.N * ldw), rng);  // [N, K]: filters
+        const std::vector<float> B = random_floats(size_t(s.K * ldb), rng);  // [K, N]: depth-major
+        as_filters.assign(W.data(), s.N, s.K, ldw);
+        as_depth_major.assign_depth_major(B.data(), s.N, s.K, ldb);
+        for (int pass = 0; pass < 2; ++pass) {
+            const LanePackedFilters& packed = pass == 0 ? as_filters : as_depth_major;
+            std::vector<float> C(size_t(s.M * ldc), -7.0f);
+            lane_matmul_serial(A.data(), s.M, lda, packed, C.data(), ldc);
+            for (int64_t m = 0; m < s.M; ++m) {
+                for (int64_t n = 0; n < ldc; ++n) {
+                    const float got = C[size_t(m * ldc + n)];
+                    if (n >= s.N) {
+                        ASSERT_EQ(got, -7.0f) << "wrote past row " << m;
+                        continue;
+                    }
+                    double expected = 0.0;
+                    for (int64_t k = 0; k < s.K; ++k) {
+                        const float w = pass == 0 ? W[size_t(n * ldw + k)] : B[size_t(k * ldb + n)];
+                        expected += double(A[size_t(m * lda + k)]) * double(w);
+                    }
+                    ASSERT_NEAR(got, expected, 1e-5 * (1.0 + std::abs(expected)) * std::sqrt(double(s.K + 1)))
+                        << (pass == 0 ? "filters" : "depth-major") << " row " << m << " column " << n;
+                }
+            }
+        }
+    }
+}
+
 double reference_activation(const std::string& name, double v) {
     if (name.empty()) return v;
     if (name == "Relu") return v > 0 ? v : 0;

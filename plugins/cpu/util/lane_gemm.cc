@@ -40,17 +40,31 @@ __attribute__((target("avx512f"))) void transpose_block(const float* src, int64_
 }  // namespace
 #endif
 
-LanePackedFilters::LanePackedFilters(const float* A, int64_t rows, int64_t depth, int64_t lda, int64_t width)
-    : rows_(rows), depth_(depth), width_(width > 0 ? width : lane_panel_width_for(rows)) {
+LanePackedFilters::LanePackedFilters(const float* A, int64_t rows, int64_t depth, int64_t lda, int64_t width) {
+    if (A == nullptr) {
+        reserve(rows, depth, width);
+        std::fill(data_.get(), data_.get() + capacity_, 0.0f);
+        return;
+    }
+    assign(A, rows, depth, lda, width);
+}
+
+void LanePackedFilters::reserve(int64_t rows, int64_t depth, int64_t width) {
+    rows_ = rows;
+    depth_ = depth;
+    width_ = width > 0 ? width : lane_panel_width_for(rows);
     const size_t count = static_cast<size_t>(std::max<int64_t>(1, panels() * depth * width_));
+    if (data_ != nullptr && count <= capacity_) return;
     const size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
     float* data = static_cast<float*>(std::aligned_alloc(64, bytes));
     if (data == nullptr) throw std::bad_alloc();
     data_.reset(data);
-    if (A == nullptr) {
-        std::fill(data, data + count, 0.0f);
-        return;
-    }
+    capacity_ = count;
+}
+
+void LanePackedFilters::assign(const float* A, int64_t rows, int64_t depth, int64_t lda, int64_t width) {
+    reserve(rows, depth, width);
+    float* data = data_.get();
     // A slice of 16 steps of a panel at a time ([16][width], a few KB that stay in L1): each filter's 16 steps are
     // read in one run and written across the slice, the lanes past `rows` zeroed.  Writing each filter's whole
     // depth down its lane touched a new cache line per value, which made packing a large share of session creation.
@@ -78,23 +92,56 @@ LanePackedFilters::LanePackedFilters(const float* A, int64_t rows, int64_t depth
 }
 
 LanePackedFilters LanePackedFilters::from_depth_major(const float* B, int64_t rows, int64_t depth, int64_t ldb) {
-    LanePackedFilters packed(nullptr, rows, depth, 0);
-    float* data = packed.data_.get();
-    const int64_t width = packed.width_;
-    for (int64_t k = 0; k < depth; ++k) {
-        const float* src = B + k * ldb;
-        for (int64_t p = 0; p < packed.panels(); ++p) {
-            const int64_t m0 = p * width, count = std::min(width, rows - m0);
-            std::copy(src + m0, src + m0 + count, data + (p * depth + k) * width);
-        }
-    }
+    LanePackedFilters packed;
+    packed.assign_depth_major(B, rows, depth, ldb);
     return packed;
 }
+
+void LanePackedFilters::assign_depth_major(const float* B, int64_t rows, int64_t depth, int64_t ldb) {
+    reserve(rows, depth, 0);
+    float* data = data_.get();
+    const int64_t width = width_;
+    for (int64_t k = 0; k < depth; ++k) {
+        const float* src = B + k * ldb;
+        for (int64_t p = 0; p < panels(); ++p) {
+            const int64_t m0 = p * width, count = std::min(width, rows - m0);
+            float* dst = data + (p * depth + k) * width;
+            std::copy(src + m0, src + m0 + count, dst);
+            std::fill(dst + count, dst + width, 0.0f);
+        }
+    }
+}
+
+#if TESSERA_CPU_X86
+namespace {
+// out[k * block + r] = A[r * lda + k] for k in [k0, k0 + 16), r < rows (<= 16), r in [rows, block) zero: the rows'
+// 16 steps transposed in registers and stored a step (block floats) at a time.
+__attribute__((target("avx512f"))) void pack_rows_16_steps(const float* A, int64_t rows, int64_t lda, int64_t k0,
+                                                           int64_t block, float* out) {
+    __m512 r[16];
+    for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_ps(A + i * lda + k0) : _mm512_setzero_ps();
+    transpose16x16(r);
+    const __mmask16 lanes = static_cast<__mmask16>((1u << block) - 1);
+    for (int i = 0; i < 16; ++i) _mm512_mask_storeu_ps(out + (k0 + i) * block, lanes, r[i]);
+}
+}  // namespace
+#endif
 
 void pack_lane_rows(const float* A, int64_t M, int64_t K, int64_t lda, int64_t block, float* dst) {
     for (int64_t m0 = 0; m0 < M; m0 += block) {
         float* out = dst + m0 * K;  // block m0 / block starts at (m0 / block) * K * block
         const int64_t rows = std::min(block, M - m0);
+#if TESSERA_CPU_X86
+        // Activations are packed on every call (a transformer's every product): 16 steps at a time in registers
+        // where the block fits a vector, not a strided store per value.
+        if (block <= 16 && lane_gemm_supported()) {
+            int64_t k = 0;
+            for (; k + 16 <= K; k += 16) pack_rows_16_steps(A + m0 * lda, rows, lda, k, block, out);
+            for (; k < K; ++k)
+                for (int64_t r = 0; r < block; ++r) out[k * block + r] = r < rows ? A[(m0 + r) * lda + k] : 0.0f;
+            continue;
+        }
+#endif
         for (int64_t r = 0; r < rows; ++r) {
             const float* src = A + (m0 + r) * lda;
             for (int64_t k = 0; k < K; ++k) out[k * block + r] = src[k];
@@ -228,6 +275,14 @@ void lane_matmul(const LanePackedFilters& B, int64_t panel_begin, int64_t panel_
     }
 }
 
+void lane_matmul_serial(const float* A, int64_t M, int64_t lda, const LanePackedFilters& B, float* C, int64_t ldc) {
+    const int64_t K = B.depth(), block = lane_row_block(B), blocks = (M + block - 1) / block;
+    if (M <= 0) return;
+    float* packed = thread_scratch_buffer<float, 39>(blocks * block * K);
+    pack_lane_rows(A, M, K, lda, block, packed);
+    lane_matmul(B, 0, B.panels(), packed, M, C, ldc);
+}
+
 void lane_matmul(ThreadPool& pool, const float* A, int64_t M, int64_t lda, const LanePackedFilters& B, float* C,
                  int64_t ldc, const float* bias, const GemmEpilogue* epilogue) {
     const int64_t K = B.depth(), block = lane_row_block(B), blocks = (M + block - 1) / block;
@@ -326,6 +381,9 @@ void lane_gemm_positions(const LanePackedFilters& A, int64_t panel, const float*
 int64_t lane_row_block(const LanePackedFilters&) { x86_kernel_unavailable(__func__); }
 void lane_matmul(const LanePackedFilters&, int64_t, int64_t, const float*, int64_t, float*, int64_t, const float*,
                  int64_t) {
+    x86_kernel_unavailable(__func__);
+}
+void lane_matmul_serial(const float*, int64_t, int64_t, const LanePackedFilters&, float*, int64_t) {
     x86_kernel_unavailable(__func__);
 }
 void lane_matmul(ThreadPool&, const float*, int64_t, int64_t, const LanePackedFilters&, float*, int64_t, const float*,

@@ -44,6 +44,11 @@ public:
     static LanePackedFilters from_depth_major(const float* B, int64_t rows, int64_t depth, int64_t ldb);
     // Zeros, for a caller that writes the panels itself (filter m's step k at panel(m / w)[k * w + m % w]).
     static LanePackedFilters zeros(int64_t rows, int64_t depth) { return LanePackedFilters(nullptr, rows, depth, 0); }
+    // Packs other filters (as the constructor and from_depth_major do) into the memory it holds, growing it only
+    // when they need more: products of operands made at run time (attention's keys and values) pack per call
+    // without allocating once the memory is there.
+    void assign(const float* A, int64_t rows, int64_t depth, int64_t lda, int64_t width = 0);
+    void assign_depth_major(const float* B, int64_t rows, int64_t depth, int64_t ldb);
     float* mutable_panel(int64_t p) { return data_.get() + p * depth_ * width_; }
 
     bool empty() const { return data_ == nullptr; }
@@ -57,6 +62,9 @@ private:
     struct Free {
         void operator()(float* p) const;
     };
+    // Sets the shape and makes room for it (the contents are left as they are).
+    void reserve(int64_t rows, int64_t depth, int64_t width);
+    size_t capacity_ = 0;  // floats held
     int64_t rows_ = 0;
     int64_t depth_ = 0;
     int64_t width_ = kLanePanelWidth;
@@ -88,6 +96,10 @@ void pack_lane_rows(const float* A, int64_t M, int64_t K, int64_t lda, int64_t b
 // that it streams in from memory meanwhile.
 void lane_matmul(const LanePackedFilters& B, int64_t panel_begin, int64_t panel_end, const float* packed_a, int64_t M,
                  float* C, int64_t ldc, const float* bias = nullptr, int64_t next_panel = -1);
+
+// C = A x B (A [M, K] with row stride lda) on the calling thread, A packed into its scratch: for products inside a
+// parallel task.  Requires lane_gemm_supported(); never throws.
+void lane_matmul_serial(const float* A, int64_t M, int64_t lda, const LanePackedFilters& B, float* C, int64_t ldc);
 
 // The whole product C = A x B (+ bias, padded as above) (A [M, K] with row stride lda), A packed into the calling
 // thread's scratch and the panels (and, for few panels, the rows) split across the pool; `epilogue` (may be NULL)
