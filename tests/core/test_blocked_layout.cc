@@ -50,6 +50,22 @@ void conv(ModelBuilder& b, std::mt19937& rng, const std::string& x, const std::s
     set_ints(n, "pads", {pad, pad, pad, pad});
 }
 
+// A 3x3 depthwise convolution of C channels (padded by its dilation) with a bias.
+void depthwise_conv(ModelBuilder& b, std::mt19937& rng, const std::string& x, const std::string& y, int64_t C,
+                    int64_t stride, int64_t dilation) {
+    b.initializer(y + "_w", {C, 1, 3, 3}, random_floats(C * 9, rng, 0.4f));
+    b.initializer(y + "_b", {C}, random_floats(C, rng, 0.1f));
+    auto& n = b.node("Conv", {x, y + "_w", y + "_b"}, {y});
+    set_ints(n, "kernel_shape", {3, 3});
+    set_ints(n, "strides", {stride, stride});
+    set_ints(n, "dilations", {dilation, dilation});
+    set_ints(n, "pads", {dilation, dilation, dilation, dilation});
+    auto* group = n.add_attribute();
+    group->set_name("group");
+    group->set_type(onnx::AttributeProto::INT);
+    group->set_i(C);
+}
+
 ModelBuilder chain_model() {
     std::mt19937 rng(3);
     ModelBuilder b;
@@ -227,17 +243,7 @@ ModelBuilder expansion_model() {
     b.initializer("lo", {}, {0.0f});
     b.initializer("hi", {}, {6.0f});
     auto depthwise = [&](const std::string& x, const std::string& y, int64_t C, int64_t stride, int64_t dilation) {
-        b.initializer(y + "_w", {C, 1, 3, 3}, random_floats(C * 9, rng, 0.4f));
-        b.initializer(y + "_b", {C}, random_floats(C, rng, 0.1f));
-        auto& n = b.node("Conv", {x, y + "_w", y + "_b"}, {y});
-        set_ints(n, "kernel_shape", {3, 3});
-        set_ints(n, "strides", {stride, stride});
-        set_ints(n, "dilations", {dilation, dilation});
-        set_ints(n, "pads", {dilation, dilation, dilation, dilation});
-        auto* group = n.add_attribute();
-        group->set_name("group");
-        group->set_type(onnx::AttributeProto::INT);
-        group->set_i(C);
+        depthwise_conv(b, rng, x, y, C, stride, dilation);
     };
     conv(b, rng, "x", "e1", 16, 96, 1, 1, 0);  // 96 x 58 x 58 floats: 1.3 MB
     b.node("Clip", {"e1", "lo", "hi"}, {"e1r"});
@@ -267,16 +273,7 @@ ModelBuilder projection_model() {
     b.initializer("lo", {}, {0.0f});
     b.initializer("hi", {}, {6.0f});
     auto depthwise = [&](const std::string& x, const std::string& y, int64_t C, int64_t stride) {
-        b.initializer(y + "_w", {C, 1, 3, 3}, random_floats(C * 9, rng, 0.4f));
-        b.initializer(y + "_b", {C}, random_floats(C, rng, 0.1f));
-        auto& n = b.node("Conv", {x, y + "_w", y + "_b"}, {y});
-        set_ints(n, "kernel_shape", {3, 3});
-        set_ints(n, "strides", {stride, stride});
-        set_ints(n, "pads", {1, 1, 1, 1});
-        auto* group = n.add_attribute();
-        group->set_name("group");
-        group->set_type(onnx::AttributeProto::INT);
-        group->set_i(C);
+        depthwise_conv(b, rng, x, y, C, stride, 1);
         b.node("Clip", {y, "lo", "hi"}, {y + "r"});
     };
     depthwise("x", "dA", 64, 1);  // 64 x 64 x 64 floats: 1 MB
