@@ -8,7 +8,9 @@
 // into one Attention of the optimizer's domain (TESS_FUSED_OPS_DOMAIN: ONNX's Attention, opset 23, for models of
 // any opset) on the 3-D q, k and v, with q_num_heads = kv_num_heads = H and scale 1/c (or c): the heads are read
 // where the projections wrote them, so the four transposes, the scores tensor and its three elementwise passes are
-// never made.  Kept only where the provider that would run every replaced node runs the fused one.
+// never made.  Kept only where the provider that would run every replaced node runs the fused one.  One difference:
+// a query row whose mask is -inf for every key gets zero weights from the operator where the written-out Softmax
+// gives NaN (exporters' masks are finite: -10000 or the type's lowest value).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -201,11 +203,17 @@ private:
             if (is_default(graph.nodes[at], "Add", 2)) {
                 const Node& add = graph.nodes[at];
                 // The scaled scores are the operand a Div or Mul of this chain makes; the mask is the other one.
+                // (A mask may be a Mul of its own: the scaled scores are the Div or Mul of a MatMul's product.)
                 int scored = -1;
-                for (int i = 0; i < 2; ++i) {
+                for (int i = 0; i < 2 && scored < 0; ++i) {
                     auto p = producer_of(add.inputs[static_cast<size_t>(i)], at);
-                    if (p && (is_default(graph.nodes[*p], "Div", 2) || is_default(graph.nodes[*p], "Mul", 2)))
-                        scored = i;
+                    if (!p || !(is_default(graph.nodes[*p], "Div", 2) || is_default(graph.nodes[*p], "Mul", 2)))
+                        continue;
+                    for (const std::string& operand : graph.nodes[*p].inputs) {
+                        auto product = producers.find(operand);
+                        if (product != producers.end() && is_default(graph.nodes[product->second], "MatMul", 2))
+                            scored = i;
+                    }
                 }
                 if (scored < 0) continue;
                 m.mask = add.inputs[static_cast<size_t>(1 - scored)];
@@ -255,6 +263,12 @@ private:
             const auto q_dims = dims_of(graph, q->x);
             const auto k_dims = dims_of(graph, k->x);
             if (!merged || merged->size() != 3 || !q_dims || !k_dims) continue;
+            // One batch for Q, K and V (the written-out products would broadcast a batch of 1; the operator does
+            // not), and one key count for K and V.
+            if (!dim_of(graph, q->x, 0).same_as(dim_of(graph, k->x, 0)) ||
+                !dim_of(graph, q->x, 0).same_as(dim_of(graph, v->x, 0)) ||
+                !dim_of(graph, k->x, 1).same_as(dim_of(graph, v->x, 1)))
+                continue;
             if (std::count(merged->begin(), merged->end(), -1) > 1) continue;
             if ((*merged)[2] != v->heads * v->dim && (*merged)[2] != -1) continue;
             bool leading_kept = true;

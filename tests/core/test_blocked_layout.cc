@@ -40,11 +40,11 @@ void set_ints(onnx::NodeProto& node, const std::string& name, std::vector<int64_
 }
 
 void conv(ModelBuilder& b, std::mt19937& rng, const std::string& x, const std::string& y, int64_t C, int64_t M,
-          int64_t k, int64_t stride, int64_t pad) {
+          int64_t k, int64_t stride, int64_t pad, bool with_bias = true) {
     const std::string w = y + "_w", bias = y + "_b";
     b.initializer(w, {M, C, k, k}, random_floats(M * C * k * k, rng, std::sqrt(2.0f / float(C * k * k))));
-    b.initializer(bias, {M}, random_floats(M, rng, 0.1f));
-    auto& n = b.node("Conv", {x, w, bias}, {y});
+    if (with_bias) b.initializer(bias, {M}, random_floats(M, rng, 0.1f));
+    auto& n = with_bias ? b.node("Conv", {x, w, bias}, {y}) : b.node("Conv", {x, w}, {y});
     set_ints(n, "kernel_shape", {k, k});
     set_ints(n, "strides", {stride, stride});
     set_ints(n, "pads", {pad, pad, pad, pad});
@@ -52,10 +52,10 @@ void conv(ModelBuilder& b, std::mt19937& rng, const std::string& x, const std::s
 
 // A 3x3 depthwise convolution of C channels (padded by its dilation) with a bias.
 void depthwise_conv(ModelBuilder& b, std::mt19937& rng, const std::string& x, const std::string& y, int64_t C,
-                    int64_t stride, int64_t dilation) {
+                    int64_t stride, int64_t dilation, bool with_bias = true) {
     b.initializer(y + "_w", {C, 1, 3, 3}, random_floats(C * 9, rng, 0.4f));
-    b.initializer(y + "_b", {C}, random_floats(C, rng, 0.1f));
-    auto& n = b.node("Conv", {x, y + "_w", y + "_b"}, {y});
+    if (with_bias) b.initializer(y + "_b", {C}, random_floats(C, rng, 0.1f));
+    auto& n = with_bias ? b.node("Conv", {x, y + "_w", y + "_b"}, {y}) : b.node("Conv", {x, y + "_w"}, {y});
     set_ints(n, "kernel_shape", {3, 3});
     set_ints(n, "strides", {stride, stride});
     set_ints(n, "dilations", {dilation, dilation});
@@ -264,23 +264,25 @@ ModelBuilder expansion_model() {
 }
 
 // Inverted residual blocks whose projections take over their depthwise convolutions (whose outputs are 1 MB and
-// up): one without an expansion and an NCHW projection (24 filters); one whose depthwise convolution took over its
-// expansion, with a residual sum in NCHW; one strided, with a blocked projection.
+// up): one without an expansion and an NCHW projection (24 filters), neither with a bias; one whose depthwise
+// convolution (without a bias) took over its expansion, with a residual sum in NCHW; one strided, its projection a
+// graph output.
 ModelBuilder projection_model() {
     std::mt19937 rng(23);
     ModelBuilder b;
     b.input("x", {1, 64, 64, 64});
     b.initializer("lo", {}, {0.0f});
     b.initializer("hi", {}, {6.0f});
-    auto depthwise = [&](const std::string& x, const std::string& y, int64_t C, int64_t stride) {
-        depthwise_conv(b, rng, x, y, C, stride, 1);
+    auto depthwise = [&](const std::string& x, const std::string& y, int64_t C, int64_t stride, bool bias = true) {
+        depthwise_conv(b, rng, x, y, C, stride, 1, bias);
         b.node("Clip", {y, "lo", "hi"}, {y + "r"});
     };
-    depthwise("x", "dA", 64, 1);  // 64 x 64 x 64 floats: 1 MB
-    conv(b, rng, "dAr", "pA", 64, 24, 1, 1, 0);
+    // The first block's convolutions without B, so that neither reads another node's input as its bias.
+    depthwise("x", "dA", 64, 1, false);  // 64 x 64 x 64 floats: 1 MB
+    conv(b, rng, "dAr", "pA", 64, 24, 1, 1, 0, false);
     conv(b, rng, "pA", "eB", 24, 96, 1, 1, 0);  // 1.5 MB: taken over by its depthwise convolution
     b.node("Clip", {"eB", "lo", "hi"}, {"eBr"});
-    depthwise("eBr", "dB", 96, 1);
+    depthwise("eBr", "dB", 96, 1, false);
     conv(b, rng, "dBr", "pB", 96, 24, 1, 1, 0);
     b.node("Add", {"pB", "pA"}, {"yB"});
     conv(b, rng, "yB", "eC", 24, 256, 1, 1, 0);

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from fusion_support import Builder, assert_same, onnxruntime_outputs, original_ops, run_at
 
@@ -83,8 +83,9 @@ def check(b, fused: bool):
     outputs, ops3 = run_at(model, b.feeds, 3)
     assert (ATTENTION in ops3) == fused, ops3
     if fused:
-        for op in ("Softmax", "Transpose", "Div", "Mul"):
-            assert op not in ops3, ops3
+        assert "Softmax" not in ops3 and "Transpose" not in ops3, ops3
+        scales = lambda ops: ops.count("Div") + ops.count("Mul")  # noqa: E731
+        assert scales(ops3) == scales(ops0) - 1, (ops0, ops3)  # the scores' scale went into the operator
     assert_same(outputs, reference, "level 3 against level 0")
     return ops3
 
@@ -124,6 +125,40 @@ def test_patterns_that_differ_stay_apart(case):
         check(b, fused=False)
         return
     check(attention_model(**case), fused=False)
+
+
+def test_a_mask_computed_by_a_mul_is_told_from_the_scaled_scores():
+    # The mask [batch, 1, 1, kv] = (1 - keep) * -10000 is a Mul too, as BERT exporters write it.
+    b = attention_model(mask=None)
+    model = b.model()
+    keep = b.rng.random((2, 1, 1, 7)) > 0.3
+    b.feeds["keep"] = keep.astype(np.float32)
+    model.graph.input.append(helper.make_tensor_value_info("keep", TensorProto.FLOAT, [2, 1, 1, 7]))
+    nodes = list(model.graph.node)
+    softmax = next(i for i, n in enumerate(nodes) if n.op_type == "Softmax")
+    scaled = nodes[softmax].input[0]
+    model.graph.initializer.extend([numpy_helper.from_array(np.array(1.0, np.float32), "one_"),
+                                    numpy_helper.from_array(np.array(-10000.0, np.float32), "big_")])
+    extra = [helper.make_node("Sub", ["one_", "keep"], ["inverse_keep"]),
+             helper.make_node("Mul", ["inverse_keep", "big_"], ["mask_"]),
+             helper.make_node("Add", [scaled, "mask_"], ["masked_"])]
+    nodes[softmax].input[0] = "masked_"
+    del model.graph.node[:]
+    model.graph.node.extend(nodes[:softmax] + extra + nodes[softmax:])
+    b.model = lambda model=model: model
+    check(b, fused=True)
+
+
+def test_keys_of_another_batch_keep_the_nodes():
+    # Keys and values of batch 1 against queries of batch 2: the written-out products broadcast them.
+    b = attention_model(kv_seq=5)
+    b.feeds["memory"] = b.feeds["memory"][:1]
+    model = b.model()
+    for value in model.graph.input:
+        if value.name == "memory":
+            value.type.tensor_type.shape.dim[0].dim_value = 1
+    b.model = lambda model=model: model
+    check(b, fused=False)
 
 
 def test_an_intermediate_read_elsewhere_keeps_the_nodes():

@@ -63,7 +63,8 @@ extern "C" {
  *   Attention(Q, K, V, [attn_mask]) -> Y: ONNX's Attention (opset 23) for models of any opset, as the optimizer
  *     writes it: 3-D float32 Q [B, S, H * D], K [B, T, H * D], V [B, T, H * Dv], `q_num_heads` = `kv_num_heads` = H,
  *     `scale`, and a float32 additive mask broadcasting to [B, H, S, T]; Y [B, S, H * Dv].  Replaces attention written
- *     out with Reshape/Transpose head splits, MatMul, Div or Mul, Add, Softmax and MatMul (added after the others). */
+ *     out with Reshape/Transpose head splits, MatMul, Div or Mul, Add, Softmax and MatMul (added after the others);
+ *     a row whose mask is -inf everywhere gets zero weights (the written-out Softmax gives NaN there). */
 #define TESS_FUSED_OPS_DOMAIN "ai.tessera"
 
 /* ---- Read-only graph views ---------------------------------------------------------------------------------

@@ -279,7 +279,7 @@ public:
                               std::to_string(C) + ", H, W]");
         const WindowGeometry g = resolve_window("Conv", attrs_, Shape(X.shape.begin() + 2, X.shape.end()),
                                                 Shape(packed_shape_.begin() + 2, packed_shape_.end()));
-        const Tensor* B = bias_ ? &bias_->tensor() : ctx.has_input(first_input + 2) ? &ctx.input(first_input + 2) : nullptr;
+        const Tensor* B = bias(ctx, first_input);
         if (B != nullptr && (B->type != TESS_ELEMENT_FLOAT32 || B->rank() != 1 || B->shape[0] != M))
             throw KernelError("Conv: B " + shape_string(B->shape) + " must be float [" + std::to_string(M) + "]");
         return BlockedProducerConv{&lane_filters_, g, C, layout_.x_blocked, B != nullptr ? B->ptr<float>() : nullptr,
@@ -433,7 +433,7 @@ private:
     // that took it over, its inputs from `first` on there.
     TakenOverWindow taken_over_window(const KernelContext& ctx, size_t first) const {
         const int64_t M = packed_shape_[0];
-        const Tensor* B = bias_ ? &bias_->tensor() : ctx.has_input(first + 2) ? &ctx.input(first + 2) : nullptr;
+        const Tensor* B = bias(ctx, first);
         if (B != nullptr && (B->type != TESS_ELEMENT_FLOAT32 || B->rank() != 1 || B->shape[0] != M))
             throw KernelError("Conv: B " + shape_string(B->shape) + " must be float [" + std::to_string(M) + "]");
         if (!absorbed_) {

@@ -44,7 +44,8 @@ protected:
           weights_type_(info.input_constant(1) != nullptr ? info.input_type(1) : TESS_ELEMENT_UNDEFINED),
           bias_type_(info.input_constant(2) != nullptr ? info.input_type(2) : TESS_ELEMENT_UNDEFINED),
           weights_(computable_constant(info, 1)),
-          bias_(computable_constant(info, 2)) {
+          bias_(computable_constant(info, 2)),
+          has_bias_input_(info.has_input(2)) {
         if (group_ < 1) throw KernelError(op_ + ": group must be positive, got " + std::to_string(group_));
         // The kernel holds its own copies (packed, for float filters): the core may free the model's.
         if (weights_) info.release_constant(1);
@@ -52,9 +53,11 @@ protected:
     }
 
     const Tensor& weights(const KernelContext& ctx) const { return weights_ ? weights_->tensor() : ctx.input(1); }
-    const Tensor* bias(const KernelContext& ctx) const {
+    // B of the node whose inputs start at `first` among the step's (a kernel that took over another step finds that
+    // step's inputs after its own, so input 2 of a node without B is not B).
+    const Tensor* bias(const KernelContext& ctx, size_t first = 0) const {
         if (bias_) return &bias_->tensor();
-        return ctx.has_input(2) ? &ctx.input(2) : nullptr;
+        return has_bias_input_ && ctx.has_input(first + 2) ? &ctx.input(first + 2) : nullptr;
     }
 
     // Checks what both ops require of X, W and B; returns W's spatial dimensions (the kernel).
@@ -92,6 +95,7 @@ protected:
     int32_t bias_type_;
     std::optional<OwnedTensor> weights_;  // constant weights and bias, float16/bfloat16 widened to float
     std::optional<OwnedTensor> bias_;
+    bool has_bias_input_;  // the node has a B input (constant or not)
 };
 
 }  // namespace tessera::cpu::conv_support
