@@ -114,8 +114,9 @@ private:
         return attention;
     }
 
-    // `head` = Transpose(perm)(Reshape(x, [_, _, H, D])) read only along the chain: x, the nodes (Reshape first),
-    // H and D.  `rank3` is x's dims (B, S, H * D known or not).
+    // `head` = Transpose(perm)(Reshape(x, [_, _, H, D])), read only by `reader` and each value of the chain only by
+    // the next node: x (3-D float32, its last dim H * D), the chain's nodes (Reshape first), H and D.  K' (`key`)
+    // is transposed for the product: perm [0,2,3,1], or [0,2,1,3] then [0,1,3,2].
     struct SplitHeads {
         std::string x;
         std::vector<size_t> nodes;
