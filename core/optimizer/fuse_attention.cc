@@ -13,7 +13,6 @@
 // gives NaN (exporters' masks are finite: -10000 or the type's lowest value).
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "optimizer/fusion_util.h"
 #include "optimizer/optimizer.h"
@@ -22,18 +21,6 @@
 namespace tessera {
 
 namespace {
-
-// The int64 elements of a constant tensor, or nullopt when `name` is not an int64 constant.
-std::optional<std::vector<int64_t>> constant_int64s(const Graph& graph, const std::string& name) {
-    if (!fusion::constant_dims(graph, name)) return std::nullopt;
-    const TessValue& value = *graph.initializers.at(name);
-    if (value.element_type != TESS_ELEMENT_INT64) return std::nullopt;
-    const size_t n = value.element_count();
-    if (value.byte_size < n * sizeof(int64_t)) return std::nullopt;
-    std::vector<int64_t> out(n);
-    if (n > 0) std::memcpy(out.data(), value.data, n * sizeof(int64_t));
-    return out;
-}
 
 bool is_default(const Node& node, const char* op, size_t inputs) {
     return node.domain.empty() && node.op_type == op && node.inputs.size() == inputs && node.outputs.size() == 1;
@@ -99,18 +86,9 @@ private:
         attention.inputs = {m.q, m.k, m.v};
         if (!m.mask.empty()) attention.inputs.push_back(m.mask);
         attention.outputs = {m.y};
-        onnx::AttributeProto heads;
-        heads.set_name("q_num_heads");
-        heads.set_type(onnx::AttributeProto::INT);
-        heads.set_i(m.heads);
-        attention.attributes.push_back(heads);
-        heads.set_name("kv_num_heads");
-        attention.attributes.push_back(heads);
-        onnx::AttributeProto scale;
-        scale.set_name("scale");
-        scale.set_type(onnx::AttributeProto::FLOAT);
-        scale.set_f(m.scale);
-        attention.attributes.push_back(scale);
+        attention.attributes = {fusion::make_attribute("q_num_heads", m.heads),
+                                fusion::make_attribute("kv_num_heads", m.heads),
+                                fusion::make_attribute("scale", m.scale)};
         return attention;
     }
 
@@ -159,7 +137,7 @@ private:
         const Node& reshape = graph.nodes[r->second];
         if (!is_default(reshape, "Reshape", 2) || fusion::int_attribute(reshape, "allowzero", 0) != 0)
             return std::nullopt;
-        const auto target = constant_int64s(graph, reshape.inputs[1]);
+        const auto target = fusion::constant_int64s(graph, reshape.inputs[1]);
         const auto x_dims = dims_of(graph, reshape.inputs[0]);
         if (!target || target->size() != 4 || !x_dims || x_dims->size() != 3) return std::nullopt;
         s.heads = (*target)[2];
@@ -260,7 +238,7 @@ private:
             const auto v = split_heads(walk, producers, graph.nodes[pv].inputs[1], pv, false);
             if (!q || !k || !v || q->heads != k->heads || k->heads != v->heads || q->dim != k->dim) continue;
             // The merge gives [B, S, H * Dv]: q's leading dims kept (0 copies one, -1 infers one), the heads joined.
-            const auto merged = constant_int64s(graph, graph.nodes[merge_r].inputs[1]);
+            const auto merged = fusion::constant_int64s(graph, graph.nodes[merge_r].inputs[1]);
             const auto q_dims = dims_of(graph, q->x);
             const auto k_dims = dims_of(graph, k->x);
             if (!merged || merged->size() != 3 || !q_dims || !k_dims) continue;

@@ -28,6 +28,17 @@ std::optional<std::vector<float>> constant_floats(const Graph& graph, const std:
     return out;
 }
 
+std::optional<std::vector<int64_t>> constant_int64s(const Graph& graph, const std::string& name) {
+    if (!constant_dims(graph, name)) return std::nullopt;
+    const TessValue& value = *graph.initializers.at(name);
+    if (value.element_type != TESS_ELEMENT_INT64) return std::nullopt;
+    const size_t n = value.element_count();
+    if (value.byte_size < n * sizeof(int64_t)) return std::nullopt;
+    std::vector<int64_t> out(n);
+    if (n > 0) std::memcpy(out.data(), value.data, n * sizeof(int64_t));
+    return out;
+}
+
 void set_constant(Graph& graph, const std::string& name, SharedValue value) {
     TypeInfo type;
     type.kind = TESS_VALUE_TENSOR;
@@ -197,6 +208,22 @@ onnx::AttributeProto make_attribute(const std::string& name, const std::string& 
     attr.set_name(name);
     attr.set_type(onnx::AttributeProto::STRING);
     attr.set_s(value);
+    return attr;
+}
+
+onnx::AttributeProto make_attribute(const std::string& name, int64_t value) {
+    onnx::AttributeProto attr;
+    attr.set_name(name);
+    attr.set_type(onnx::AttributeProto::INT);
+    attr.set_i(value);
+    return attr;
+}
+
+onnx::AttributeProto make_attribute(const std::string& name, float value) {
+    onnx::AttributeProto attr;
+    attr.set_name(name);
+    attr.set_type(onnx::AttributeProto::FLOAT);
+    attr.set_f(value);
     return attr;
 }
 

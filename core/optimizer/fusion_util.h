@@ -14,6 +14,8 @@ namespace tessera::fusion {
 // The float32 elements of a constant tensor, or nullopt when `name` is not a float32 constant with `count`
 // elements (count < 0: any).
 std::optional<std::vector<float>> constant_floats(const Graph& graph, const std::string& name, int64_t count = -1);
+// The int64 elements of a constant tensor, or nullopt when `name` is not an int64 constant (a Reshape's shape).
+std::optional<std::vector<int64_t>> constant_int64s(const Graph& graph, const std::string& name);
 // The constant's dims, or nullopt when it is not a constant tensor.
 std::optional<std::vector<int64_t>> constant_dims(const Graph& graph, const std::string& name);
 
@@ -82,6 +84,8 @@ void erase_nodes(Graph& graph, const std::vector<bool>& removed);
 
 // Attribute helpers for nodes built by a fusion.
 onnx::AttributeProto make_attribute(const std::string& name, const std::string& value);
+onnx::AttributeProto make_attribute(const std::string& name, int64_t value);
+onnx::AttributeProto make_attribute(const std::string& name, float value);
 onnx::AttributeProto make_attribute(const std::string& name, const std::vector<float>& values);
 float float_attribute(const Node& node, const std::string& name, float fallback);
 int64_t int_attribute(const Node& node, const std::string& name, int64_t fallback);
