@@ -193,7 +193,6 @@ extern "C" TESS_EXPORT TessStatus* tess_plugin_entry(const TessHostApi* host_api
     static std::once_flag initialized;
     return tessera::support::enter_plugin(host_api, exports, kPlugin, initialized, [&] {
         set_host(host_api);
-        init_blas_single_threaded();
         register_all_kernels(plugin().registry);
         set_subgraph_registry(&plugin().registry);
     });

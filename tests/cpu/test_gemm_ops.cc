@@ -7,16 +7,6 @@ namespace {
 
 using namespace op_tests;
 
-// As the provider does at load: OpenBLAS single-threaded, the pool being the only source of threads.  (Registered
-// here once for the whole test binary.)
-// As the provider does at load: OpenBLAS single-threaded, the pool being the only source of threads.
-class BlasEnvironment : public ::testing::Environment {
-public:
-    void SetUp() override { init_blas_single_threaded(); }
-};
-[[maybe_unused]] ::testing::Environment* const blas_environment =
-    ::testing::AddGlobalTestEnvironment(new BlasEnvironment);
-
 // ---- gemm utility ---------------------------------------------------------------------------------------------
 
 template <typename T>

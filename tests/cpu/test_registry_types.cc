@@ -27,13 +27,6 @@ using testing::HarnessValue;
 using testing::NodeBuilder;
 using testing::ValueHandle;
 
-class BlasEnvironment : public ::testing::Environment {
-public:
-    void SetUp() override { init_blas_single_threaded(); }
-};
-[[maybe_unused]] ::testing::Environment* const blas_environment =
-    ::testing::AddGlobalTestEnvironment(new BlasEnvironment);
-
 const KernelRegistry& registry() {
     static const KernelRegistry r = [] {
         KernelRegistry reg;

@@ -1,8 +1,9 @@
-// CPU provider: matrix products over single-threaded OpenBLAS, split across the session pool.
+// CPU provider: matrix products over our packed kernels, or single-threaded OpenBLAS, split across the session pool.
 #include "util/cpu_isa.h"
 #include "util/gemm.h"
 
-#include <cblas.h>
+#include <cblas.h>  // types and prototypes only: the library itself is opened on first use (blas_library below)
+#include <dlfcn.h>
 #if TESSERA_CPU_X86
 #include <immintrin.h>
 #endif
@@ -14,11 +15,58 @@
 #include <mutex>
 #include <string>
 
+#ifndef TESSERA_OPENBLAS_LIBRARY  // set by plugins/cpu/CMakeLists.txt
+#define TESSERA_OPENBLAS_LIBRARY "libopenblas.so.0"
+#endif
+
 namespace tessera::cpu {
 
-void init_blas_single_threaded() { openblas_set_num_threads(1); }
-
 namespace {
+
+// OpenBLAS serves the products our own kernels do not (doubles, and floats on CPUs without the packed
+// micro-kernels), so most sessions never call it.  It is opened on the first such call rather than linked: loading
+// it (and the libgfortran it pulls in) cost every process about 3 ms of its first session creation and 2 MB of
+// resident memory.  TESSERA_OPENBLAS_LIBRARY is the build found at configure time (the single-threaded one where
+// installed); the SONAME, searched on the library path, is the fallback for a relocated install.
+struct BlasLibrary {
+    decltype(&cblas_sgemm) sgemm = nullptr;
+    decltype(&cblas_dgemm) dgemm = nullptr;
+    decltype(&cblas_sgemv) sgemv = nullptr;
+    decltype(&cblas_dgemv) dgemv = nullptr;
+};
+
+template <typename F>
+void resolve(void* handle, const char* name, F& function) {
+    function = reinterpret_cast<F>(dlsym(handle, name));
+    if (!function) throw KernelError(std::string("OpenBLAS lacks ") + name);
+}
+
+BlasLibrary open_blas() {
+    std::string errors;
+    void* handle = nullptr;
+    for (const char* path : {TESSERA_OPENBLAS_LIBRARY, "libopenblas.so.0"}) {
+        // Never closed: kernels may call it until the process ends.
+        if ((handle = dlopen(path, RTLD_NOW | RTLD_LOCAL))) break;
+        const char* error = dlerror();
+        errors += std::string(errors.empty() ? "" : "; ") + (error ? error : path);
+    }
+    if (!handle) throw KernelError("this product needs OpenBLAS, which could not be loaded: " + errors);
+    BlasLibrary blas;
+    resolve(handle, "cblas_sgemm", blas.sgemm);
+    resolve(handle, "cblas_dgemm", blas.dgemm);
+    resolve(handle, "cblas_sgemv", blas.sgemv);
+    resolve(handle, "cblas_dgemv", blas.dgemv);
+    // Every call runs on the calling thread: the session pool splits the work (the pthread build has its own pool).
+    using SetThreads = void (*)(int);
+    if (auto set_threads = reinterpret_cast<SetThreads>(dlsym(handle, "openblas_set_num_threads"))) set_threads(1);
+    return blas;
+}
+
+// Opened once per process; a failed open throws (the kernel reports it) and the next call tries again.
+const BlasLibrary& blas_library() {
+    static const BlasLibrary blas = open_blas();
+    return blas;
+}
 
 // Products with fewer multiply-adds than this per task are not worth a hand-off to another thread.
 constexpr int64_t kWorkPerTask = int64_t{1} << 18;
@@ -71,9 +119,11 @@ void blas_gemv(bool trans, int64_t rows, int64_t cols, T alpha, const T* A, int6
                T beta, T* y, int64_t incy) {
     const auto t = trans ? CblasTrans : CblasNoTrans;
     if constexpr (std::is_same_v<T, float>) {
-        cblas_sgemv(CblasRowMajor, t, int(rows), int(cols), alpha, A, int(lda), x, int(incx), beta, y, int(incy));
+        blas_library().sgemv(CblasRowMajor, t, int(rows), int(cols), alpha, A, int(lda), x, int(incx), beta, y,
+                             int(incy));
     } else {
-        cblas_dgemv(CblasRowMajor, t, int(rows), int(cols), alpha, A, int(lda), x, int(incx), beta, y, int(incy));
+        blas_library().dgemv(CblasRowMajor, t, int(rows), int(cols), alpha, A, int(lda), x, int(incx), beta, y,
+                             int(incy));
     }
 }
 
@@ -107,9 +157,11 @@ void blas_product(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T
     const auto ta = trans_a ? CblasTrans : CblasNoTrans;
     const auto tb = trans_b ? CblasTrans : CblasNoTrans;
     if constexpr (std::is_same_v<T, float>) {
-        cblas_sgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+        blas_library().sgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
+                             int(ldc));
     } else {
-        cblas_dgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+        blas_library().dgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
+                             int(ldc));
     }
 }
 

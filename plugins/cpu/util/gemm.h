@@ -19,9 +19,6 @@
 
 namespace tessera::cpu {
 
-// Makes OpenBLAS run every call on the calling thread.  The provider calls it once when the plugin loads.
-void init_blas_single_threaded();
-
 // Runs after a worker finished its block of C (rows [row_begin, row_end) x columns [col_begin, col_end)), while the
 // block is still in cache: bias adds and similar fused epilogues.  Must not throw.
 using GemmEpilogue = std::function<void(int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end)>;
