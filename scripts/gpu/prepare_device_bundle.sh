@@ -53,6 +53,12 @@ base_re='^(linux-vdso|ld-linux[^ ]*|libc|libm|libdl|librt|libpthread|libresolv|l
 cuda_re='^lib(cuda|cudart|cublas|cublasLt|cudnn[a-z_]*|nvrtc[a-z-]*|nvJitLink|cufft|curand|cusparse|cusolver)\.so'
 compat_re='^lib(stdc\+\+|gcc_s)\.so'
 mapfile -t objects < <(find "$out/bin" "$out/lib" -type f \( -perm -u+x -o -name '*.so*' \))
+# OpenBLAS is opened at run time (plugins/cpu/util/gemm.cc), so no ldd lists it: it goes in by name, with its deps.
+blas=$(sed -n 's/^TESSERA_OPENBLAS_SERIAL:FILEPATH=//p' "$build/CMakeCache.txt")
+if [ -n "$blas" ] && [ -e "$blas" ]; then
+  cp -L "$blas" "$out/deps/libopenblas.so.0"
+  objects+=("$blas")
+fi
 declare -A seen=()
 for obj in "${objects[@]}"; do
   while read -r name path; do
