@@ -235,6 +235,14 @@ onnx::AttributeProto make_attribute(const std::string& name, const std::vector<f
     return attr;
 }
 
+onnx::AttributeProto make_attribute(const std::string& name, const std::vector<int64_t>& values) {
+    onnx::AttributeProto attr;
+    attr.set_name(name);
+    attr.set_type(onnx::AttributeProto::INTS);
+    for (int64_t v : values) attr.add_ints(v);
+    return attr;
+}
+
 float float_attribute(const Node& node, const std::string& name, float fallback) {
     const onnx::AttributeProto* attr = node.attribute(name);
     return attr != nullptr && attr->type() == onnx::AttributeProto::FLOAT ? attr->f() : fallback;

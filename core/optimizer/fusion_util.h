@@ -87,6 +87,7 @@ onnx::AttributeProto make_attribute(const std::string& name, const std::string& 
 onnx::AttributeProto make_attribute(const std::string& name, int64_t value);
 onnx::AttributeProto make_attribute(const std::string& name, float value);
 onnx::AttributeProto make_attribute(const std::string& name, const std::vector<float>& values);
+onnx::AttributeProto make_attribute(const std::string& name, const std::vector<int64_t>& values);
 float float_attribute(const Node& node, const std::string& name, float fallback);
 int64_t int_attribute(const Node& node, const std::string& name, int64_t fallback);
 

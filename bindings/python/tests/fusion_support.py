@@ -339,6 +339,33 @@ def activation_read_twice():
 
 
 F = FUSED
+def normalized_input(act: str | None, readers: int = 1, channels: int = 6, size: int = 8, cout: int = 4,
+                     kernel=(3, 3), conv_act: str | None = None, concat: bool = False, seed: int = 81):
+    """BatchNormalization [-> act] read by `readers` convolutions [each -> conv_act]: DenseNet's layer, whose
+    normalization no convolution before it can absorb (core/optimizer/batchnorm_to_conv.cc).  It normalizes a graph
+    input, or with `concat` (as DenseNet does) the concatenation of a 1x1 convolution of one and a 1x1 convolution of
+    that (a chain the CPU provider holds blocked)."""
+    def build():
+        b = Builder(seed)
+        if concat:
+            first = b.conv(b.input("x", [1, 16, size, size]), 16, channels // 2, kernel=(1, 1))
+            second = b.conv(first, channels // 2, channels - channels // 2, kernel=(1, 1))
+            source = b.node("Concat", [first, second], axis=1)
+        else:
+            source = b.input("x", [1, channels, size, size])
+        y = b.bn(source, channels)
+        if act == "Clip6":
+            y = b.node("Clip", [y, b.scalar("lo", 0.0), b.scalar("hi", 6.0)])
+        elif act is not None:
+            y = b.node(act, [y])
+        pads = [k // 2 for k in kernel] * 2
+        for _ in range(readers):
+            c = b.conv(y, channels, cout, kernel=kernel, pads=pads)
+            b.output(b.node(conv_act, [c]) if conv_act else c)
+        return b
+    return build
+
+
 CASES: dict[str, Case] = {
     # BatchNormalization folding (basic): no FusedConv without an activation or a sum.
     "conv_bn": Case(conv_bn(True), ops("Conv"), ops("Conv")),
@@ -415,6 +442,24 @@ CASES: dict[str, Case] = {
                                     ops("Conv", "Relu"), ops(F)),
     "conv1d_add_relu": Case(shaped([2, 4, 20], 6, (3,), with_residual=True, pads=[1, 1]),
                             ops("Conv", "Add", "Relu"), ops(F)),
+    # A normalization no convolution before it absorbs, and its activation, become one per-channel convolution.
+    "bn_relu_conv": Case(normalized_input("Relu"), ops("BatchNormalization", "Relu", "Conv"), ops(F, "Conv")),
+    "bn_conv_relu": Case(normalized_input(None, conv_act="Relu", seed=82), ops("BatchNormalization", "Conv", "Relu"),
+                         ops(F, F)),
+    "bn_clip_two_convs": Case(normalized_input("Clip6", readers=2, seed=83),
+                              ops("BatchNormalization", "Clip", "Conv", "Conv"), ops(F, "Conv", "Conv")),
+    "bn_sigmoid_pointwise_conv": Case(normalized_input("Sigmoid", kernel=(1, 1), seed=84),
+                                      ops("BatchNormalization", "Sigmoid", "Conv"), ops(F, "Conv")),
+    # 64 channels of 64 x 64 (1 MB): the CPU provider's blocked 1x1 convolution runs the per-channel one over its
+    # rows as it makes them (blocked_depthwise_pointwise2d); 32 channels of 16 x 16 run it on its own, blocked.
+    "densenet_layer_taken_over": Case(normalized_input("Relu", channels=64, size=64, cout=32, kernel=(1, 1),
+                                                       conv_act="Relu", concat=True, seed=85),
+                                      ops("Conv", "Conv", "Concat", "BatchNormalization", "Relu", "Conv", "Relu"),
+                                      ops("Conv", "Conv", "Concat", F, F)),
+    "densenet_layer_blocked": Case(normalized_input("Relu", channels=32, size=16, cout=16, kernel=(1, 1),
+                                                    conv_act="Relu", concat=True, seed=86),
+                                   ops("Conv", "Conv", "Concat", "BatchNormalization", "Relu", "Conv", "Relu"),
+                                   ops("Conv", "Conv", "Concat", F, F)),
     "conv3d_relu": Case(shaped([1, 2, 5, 6, 4], 3, (3, 3, 3), pads=[1, 1, 1, 1, 1, 1]), ops("Conv", "Relu"),
                         ops(F)),
 }

@@ -1,0 +1,117 @@
+// Rewrites an inference BatchNormalization that no Conv before it could absorb (fuse_conv_batchnorm.cc), together
+// with the activation after it, as the per-channel convolution it is, when what it makes feeds convolutions:
+//   BN(X; gamma, beta, mean, var) [-> act]  =>  FusedConv(X, a [C,1,1,1], b) group=C kernel 1x1 [activation=act]
+//   a = gamma / sqrt(var + epsilon),  b = beta - mean * a    (computed in double, rounded once)
+// DenseNet normalizes the concatenation of every earlier layer this way before each of its 1x1 convolutions.  As
+// two nodes, the normalization and the activation each make a pass over that tensor; as one convolution they make
+// one, and a provider that runs a 1x1 convolution over a per-channel one's rows as they are made (the CPU
+// provider's blocked layout) never writes the tensor between them at all.  Only where every reader of the result is
+// a convolution: elsewhere the normalization stays as the model wrote it.  The fused node is kept only where the
+// provider that runs the normalization claims it (PassContext::placement).
+#include <cmath>
+
+#include "optimizer/fusion_util.h"
+#include "optimizer/optimizer.h"
+#include "tessera/provider.h"
+
+namespace tessera {
+
+namespace {
+
+bool is_convolution(const Node& node) {
+    return (node.domain.empty() && node.op_type == "Conv") ||
+           (node.domain == TESS_FUSED_OPS_DOMAIN && node.op_type == "FusedConv");
+}
+
+class BatchNormToConv : public GraphPass {
+public:
+    const char* name() const override { return "batchnorm-to-conv"; }
+    OptimizationLevel level() const override { return OptimizationLevel::Extended; }
+
+    bool run(Graph& graph, const PassContext& context) const override {
+        if (!context.placement) return false;
+        return fusion::apply_where_placed(graph, context, find(graph));
+    }
+
+private:
+    static std::vector<fusion::Candidate> find(Graph& graph) {
+        std::vector<fusion::Candidate> found;
+        fusion::ChainWalk walk(graph);
+        for (size_t b = 0; b < graph.nodes.size(); ++b) {
+            const Node& bn = graph.nodes[b];
+            if (!bn.domain.empty() || bn.op_type != "BatchNormalization" || bn.inputs.size() != 5 || walk.taken[b])
+                continue;
+            if (fusion::int_attribute(bn, "training_mode", 0) != 0 || bn.outputs.empty() || bn.outputs[0].empty())
+                continue;
+            bool extra_outputs = false;
+            for (size_t o = 1; o < bn.outputs.size(); ++o) extra_outputs |= !bn.outputs[o].empty();
+            if (extra_outputs) continue;
+            auto shape = fusion::static_shape(graph, bn.inputs[0]);
+            if (!shape || shape->size() != 4 || (*shape)[1] <= 0 ||
+                fusion::element_type(graph, bn.inputs[0]) != TESS_ELEMENT_FLOAT32)
+                continue;
+            const int64_t C = (*shape)[1];
+            auto gamma = fusion::constant_floats(graph, bn.inputs[1], C);
+            auto beta = fusion::constant_floats(graph, bn.inputs[2], C);
+            auto mean = fusion::constant_floats(graph, bn.inputs[3], C);
+            auto var = fusion::constant_floats(graph, bn.inputs[4], C);
+            if (!gamma || !beta || !mean || !var) continue;
+
+            fusion::Candidate candidate;
+            candidate.nodes.push_back(b);
+            std::string tail = bn.outputs[0];
+            std::string activation;
+            std::vector<float> params;
+            size_t next = 0;
+            if (walk.single_reader(tail, next) &&
+                fusion::fusable_activation(graph, graph.nodes[next], activation, params)) {
+                candidate.nodes.push_back(next);
+                tail = graph.nodes[next].outputs[0];
+            } else {
+                activation.clear();
+            }
+            if (!read_only_by_convolutions(graph, walk, tail)) continue;
+
+            const double epsilon = fusion::float_attribute(bn, "epsilon", 1e-5f);
+            std::vector<float> a(static_cast<size_t>(C)), shift(static_cast<size_t>(C));
+            for (size_t c = 0; c < a.size(); ++c) {
+                const double s = double((*gamma)[c]) / std::sqrt(double((*var)[c]) + epsilon);
+                a[c] = static_cast<float>(s);
+                shift[c] = static_cast<float>(double((*beta)[c]) - double((*mean)[c]) * s);
+            }
+            Node conv;
+            conv.name = bn.name.empty() ? tail + "_as_conv" : bn.name + "_as_conv";
+            conv.op_type = "FusedConv";
+            conv.domain = TESS_FUSED_OPS_DOMAIN;
+            conv.inputs = {bn.inputs[0], fusion::add_float_constant(graph, bn.outputs[0] + "_channel_scale", {C, 1, 1, 1}, a),
+                           fusion::add_float_constant(graph, bn.outputs[0] + "_channel_shift", {C}, shift)};
+            conv.outputs = {tail};
+            conv.attributes.push_back(fusion::make_attribute("group", C));
+            conv.attributes.push_back(fusion::make_attribute("kernel_shape", std::vector<int64_t>{1, 1}));
+            if (!activation.empty()) {
+                conv.attributes.push_back(fusion::make_attribute("activation", activation));
+                if (!params.empty()) conv.attributes.push_back(fusion::make_attribute("activation_params", params));
+            }
+            for (size_t n : candidate.nodes) walk.taken[n] = true;
+            candidate.fused = std::move(conv);
+            found.push_back(std::move(candidate));
+        }
+        return found;
+    }
+
+    // `value` is read by convolutions alone (one or more), and is not a graph output.
+    static bool read_only_by_convolutions(const Graph& graph, const fusion::ChainWalk& walk, const std::string& value) {
+        if (graph.is_graph_output(value)) return false;
+        auto it = walk.readers.find(value);
+        if (it == walk.readers.end() || it->second.empty()) return false;
+        for (size_t reader : it->second)
+            if (!is_convolution(graph.nodes[reader])) return false;
+        return true;
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<GraphPass> make_batchnorm_to_conv_pass() { return std::make_unique<BatchNormToConv>(); }
+
+}  // namespace tessera
