@@ -184,6 +184,11 @@ TEST(BlockedLayout, DepthwiseMatchesPlainDepthwiseConvolution) {
         {1, 16, 11, 20, 3, 1, 2, 2},   // dilated
         {1, 16, 4, 3, 3, 1, 0, 1},     // no padding, two output columns
         {1, 16, 2, 2, 3, 1, 1, 1},     // every window crosses the edge
+        // 3x3, stride 1, padding 1 (the rows that load each input once for all three taps): rows of one partial
+        // run with both edges (7), a full run and one more (9), a single column (1)
+        {1, 16, 7, 7, 3, 1, 1, 1},
+        {2, 32, 5, 9, 3, 1, 1, 1},
+        {1, 16, 3, 1, 3, 1, 1, 1},
     };
     for (const DwCase& c : cases) {
         const WindowGeometry g = window(c.H, c.W, c.K, c.stride, c.pad, c.pad, c.dilation);
@@ -198,13 +203,15 @@ TEST(BlockedLayout, DepthwiseMatchesPlainDepthwiseConvolution) {
         for (int64_t ch = 0; ch < c.C; ++ch)
             std::copy(w.begin() + ch * taps, w.begin() + (ch + 1) * taps, dense.begin() + (ch * c.C + ch) * taps);
         const Case as_dense{c.N, c.C, c.H, c.W, c.C, c.K, c.stride, c.pad, c.dilation};
-        ConvEpilogue none, clip_sum, silu;
-        clip_sum.activation = ConvEpilogue::Activation::Clip;
-        clip_sum.alpha = 0.0f;
-        clip_sum.beta = 0.5f;
+        ConvEpilogue none, relu, clip, clip_sum, silu;
+        relu.activation = ConvEpilogue::Activation::Relu;
+        clip.activation = ConvEpilogue::Activation::Clip;
+        clip.alpha = -0.25f;
+        clip.beta = 0.5f;
+        clip_sum = clip;
         clip_sum.has_sum = true;
         silu.activation = ConvEpilogue::Activation::Silu;
-        for (const ConvEpilogue* e : {&none, &clip_sum, &silu}) {
+        for (const ConvEpilogue* e : {&none, &relu, &clip, &clip_sum, &silu}) {
             const std::vector<double> want = reference(as_dense, g, x, dense, b, e->has_sum ? &z : nullptr, *e);
             const std::vector<float> got =
                 through_blocked(pool, x, z, c.N, c.C, HW, c.C, P, [&](const float* xb, const float* zb, float* y) {

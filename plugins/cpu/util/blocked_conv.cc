@@ -419,6 +419,75 @@ __attribute__((target("avx512f"))) inline void store_position(const Geometry& q,
     if (epilogue != nullptr && !vector_act) epilogue->apply(y + at, static_cast<const float*>(nullptr), kChannelBlock);
 }
 
+// The activations that are a clamp, min(max(v, lo), hi) (none, Relu, Clip), as two vectors, so that the 3x3 rows
+// below store their results without a branch per position; nullopt for the others (and for a sum to add).
+struct Clamp {
+    __m512 lo, hi;
+};
+// What the 3x3 rows keep in registers besides the filters: the bias and the clamp.
+struct Depthwise3Constants {
+    __m512 bias;
+    Clamp clamp;
+};
+__attribute__((target("avx512f"))) inline std::optional<Clamp> clamp_of(const ConvEpilogue* epilogue, const float* z) {
+    using A = ConvEpilogue::Activation;
+    const float inf = std::numeric_limits<float>::infinity();
+    if (z != nullptr) return std::nullopt;
+    if (epilogue == nullptr || epilogue->activation == A::None)
+        return Clamp{_mm512_set1_ps(-inf), _mm512_set1_ps(inf)};
+    if (epilogue->activation == A::Relu) return Clamp{_mm512_setzero_ps(), _mm512_set1_ps(inf)};
+    if (epilogue->activation == A::Clip) return Clamp{_mm512_set1_ps(epilogue->alpha), _mm512_set1_ps(epilogue->beta)};
+    return std::nullopt;
+}
+
+// kPos positions [ow0, ow0 + kPos) of one output row of a 3x3, stride-1, width-padding-1 depthwise convolution of
+// one channel block (its output row as wide as the input row), from the input rows `rows[kh]` for window rows
+// [kh0, kh1): each row's kPos + 2 input vectors are loaded once and serve all three taps (the general loop loads one
+// per tap), and the two columns just outside the image count as zeros.  Results are clamped and stored at `out`.
+template <int kPos>
+__attribute__((target("avx512f"))) inline void depthwise3_positions(const float* const* rows, int64_t kh0,
+                                                                    int64_t kh1, int64_t W, int64_t ow0,
+                                                                    const float* w,
+                                                                    const Depthwise3Constants& constants,
+                                                                    float* out) {
+    __m512 acc[kPos];
+    for (int p = 0; p < kPos; ++p) acc[p] = constants.bias;
+    const bool left_inside = ow0 > 0, right_inside = ow0 + kPos < W;
+    for (int64_t kh = kh0; kh < kh1; ++kh) {
+        const float* at = rows[kh] + (ow0 - 1) * kChannelBlock;
+        __m512 xv[kPos + 2];
+        xv[0] = left_inside ? _mm512_loadu_ps(at) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+        for (int i = 1; i <= kPos; ++i) xv[i] = _mm512_loadu_ps(at + i * kChannelBlock);
+        xv[kPos + 1] = right_inside ? _mm512_loadu_ps(at + (kPos + 1) * kChannelBlock) : _mm512_setzero_ps();
+#pragma GCC unroll 3
+        for (int kw = 0; kw < 3; ++kw) {
+            const __m512 wv = _mm512_loadu_ps(w + (kh * 3 + kw) * kChannelBlock);
+#pragma GCC unroll 16
+            for (int p = 0; p < kPos; ++p) acc[p] = _mm512_fmadd_ps(xv[p + kw], wv, acc[p]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int p = 0; p < kPos; ++p)
+        _mm512_storeu_ps(out + p * kChannelBlock,
+                         _mm512_min_ps(_mm512_max_ps(acc[p], constants.clamp.lo), constants.clamp.hi));
+}
+
+using Depthwise3Fn = void (*)(const float* const*, int64_t, int64_t, int64_t, int64_t, const float*,
+                              const Depthwise3Constants&, float*);
+constexpr int kDepthwise3Positions = 8;
+template <int... kCounts>
+constexpr std::array<Depthwise3Fn, sizeof...(kCounts)> depthwise3_table(std::integer_sequence<int, kCounts...>) {
+    return {depthwise3_positions<kCounts + 1>...};
+}
+constexpr auto kDepthwise3 = depthwise3_table(std::make_integer_sequence<int, kDepthwise3Positions>());
+
+// The 3x3 rows take a geometry of 3x3 taps, unit strides and dilations along the width, one column of padding on
+// each side (so that the output row is the input row's width), and a clamp epilogue.
+bool depthwise3_applies(const Geometry& q) {
+    return q.KH == 3 && q.KW == 3 && q.SW == 1 && q.DW == 1 && q.DH == 1 && q.PL == 1 && q.OW == q.W;
+}
+
 template <bool kMax>
 __attribute__((target("avx512f"))) void depthwise_rows(const Geometry& q, const float* x, const float* w,
                                                        const float* bias, const ConvEpilogue* epilogue,
@@ -427,6 +496,26 @@ __attribute__((target("avx512f"))) void depthwise_rows(const Geometry& q, const 
     const __m512 lowest = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     const __m512 b = kMax ? lowest : bias != nullptr ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
     const __m512 identity = kMax ? lowest : _mm512_setzero_ps();
+    if constexpr (!kMax) {
+        const std::optional<Clamp> clamp = vector_act ? clamp_of(epilogue, z) : std::nullopt;
+        if (clamp && depthwise3_applies(q)) {
+            const Depthwise3Constants constants{b, *clamp};
+            for (int64_t oh = oh0; oh < oh1; ++oh) {
+                int64_t kh0 = 0, kh1 = 3;
+                while (kh0 < 3 && oh * q.SH - q.PT + kh0 < 0) ++kh0;
+                while (kh1 > kh0 && oh * q.SH - q.PT + kh1 - 1 >= q.H) --kh1;
+                const float* rows[3] = {};
+                for (int64_t kh = kh0; kh < kh1; ++kh)
+                    rows[kh] = x + q.row_slot(oh * q.SH - q.PT + kh) * q.W * kChannelBlock;
+                float* out = y + (oh - q.out_row0) * q.OW * kChannelBlock;
+                for (int64_t ow = 0; ow < q.OW; ow += kDepthwise3Positions) {
+                    const int64_t count = std::min<int64_t>(kDepthwise3Positions, q.OW - ow);
+                    kDepthwise3[count - 1](rows, kh0, kh1, q.W, ow, w, constants, out + ow * kChannelBlock);
+                }
+            }
+            return;
+        }
+    }
     // Output columns whose whole window lies inside the image along the width: [lo, hi).
     auto inside = [&](int64_t ow) { return ow * q.SW - q.PL >= 0 && ow * q.SW - q.PL + (q.KW - 1) * q.DW < q.W; };
     int64_t lo = 0;
