@@ -184,11 +184,15 @@ TEST(BlockedLayout, DepthwiseMatchesPlainDepthwiseConvolution) {
         {1, 16, 11, 20, 3, 1, 2, 2},   // dilated
         {1, 16, 4, 3, 3, 1, 0, 1},     // no padding, two output columns
         {1, 16, 2, 2, 3, 1, 1, 1},     // every window crosses the edge
-        // 3x3, stride 1, padding 1 (the rows that load each input once for all three taps): rows of one partial
+        // 3x3, stride 1, padding 1 (the rows that load each input once for every tap): rows of one partial
         // run with both edges (7), a full run and one more (9), a single column (1)
         {1, 16, 7, 7, 3, 1, 1, 1},
         {2, 32, 5, 9, 3, 1, 1, 1},
         {1, 16, 3, 1, 3, 1, 1, 1},
+        // ... at stride 2: runs of 6 and one more with the last column inside the image (14), two full runs and
+        // two more (28); the odd width above reads one column past the image as zeros
+        {1, 32, 14, 14, 3, 2, 1, 1},
+        {1, 16, 28, 28, 3, 2, 1, 1},
     };
     for (const DwCase& c : cases) {
         const WindowGeometry g = window(c.H, c.W, c.K, c.stride, c.pad, c.pad, c.dilation);

@@ -440,31 +440,34 @@ __attribute__((target("avx512f"))) inline std::optional<Clamp> clamp_of(const Co
     return std::nullopt;
 }
 
-// kPos positions [ow0, ow0 + kPos) of one output row of a 3x3, stride-1, width-padding-1 depthwise convolution of
-// one channel block (its output row as wide as the input row), from the input rows `rows[kh]` for window rows
-// [kh0, kh1): each row's kPos + 2 input vectors are loaded once and serve all three taps (the general loop loads one
-// per tap), and the two columns just outside the image count as zeros.  Results are clamped and stored at `out`.
-template <int kPos>
+// kPos positions [ow0, ow0 + kPos) of one output row of a 3x3 depthwise convolution of one channel block, stride
+// kStride (1 or 2) and padding 1 along the width, from the input rows `rows[kh]` for window rows [kh0, kh1): the
+// (kPos - 1) * kStride + 3 input vectors a row needs are loaded once and serve every tap that reads them (the general
+// loop loads one per tap), and the columns just outside the image count as zeros.  Results are clamped and stored
+// at `out`.
+template <int kPos, int kStride>
 __attribute__((target("avx512f"))) inline void depthwise3_positions(const float* const* rows, int64_t kh0,
                                                                     int64_t kh1, int64_t W, int64_t ow0,
                                                                     const float* w,
                                                                     const Depthwise3Constants& constants,
                                                                     float* out) {
+    constexpr int kColumns = (kPos - 1) * kStride + 3;
     __m512 acc[kPos];
     for (int p = 0; p < kPos; ++p) acc[p] = constants.bias;
-    const bool left_inside = ow0 > 0, right_inside = ow0 + kPos < W;
+    const int64_t first_column = ow0 * kStride - 1;
+    const bool left_inside = first_column >= 0, right_inside = first_column + kColumns - 1 < W;
     for (int64_t kh = kh0; kh < kh1; ++kh) {
-        const float* at = rows[kh] + (ow0 - 1) * kChannelBlock;
-        __m512 xv[kPos + 2];
+        const float* at = rows[kh] + first_column * kChannelBlock;
+        __m512 xv[kColumns];
         xv[0] = left_inside ? _mm512_loadu_ps(at) : _mm512_setzero_ps();
-#pragma GCC unroll 16
-        for (int i = 1; i <= kPos; ++i) xv[i] = _mm512_loadu_ps(at + i * kChannelBlock);
-        xv[kPos + 1] = right_inside ? _mm512_loadu_ps(at + (kPos + 1) * kChannelBlock) : _mm512_setzero_ps();
+#pragma GCC unroll 32
+        for (int i = 1; i < kColumns - 1; ++i) xv[i] = _mm512_loadu_ps(at + i * kChannelBlock);
+        xv[kColumns - 1] = right_inside ? _mm512_loadu_ps(at + (kColumns - 1) * kChannelBlock) : _mm512_setzero_ps();
 #pragma GCC unroll 3
         for (int kw = 0; kw < 3; ++kw) {
             const __m512 wv = _mm512_loadu_ps(w + (kh * 3 + kw) * kChannelBlock);
 #pragma GCC unroll 16
-            for (int p = 0; p < kPos; ++p) acc[p] = _mm512_fmadd_ps(xv[p + kw], wv, acc[p]);
+            for (int p = 0; p < kPos; ++p) acc[p] = _mm512_fmadd_ps(xv[p * kStride + kw], wv, acc[p]);
         }
     }
 #pragma GCC unroll 16
@@ -475,17 +478,42 @@ __attribute__((target("avx512f"))) inline void depthwise3_positions(const float*
 
 using Depthwise3Fn = void (*)(const float* const*, int64_t, int64_t, int64_t, int64_t, const float*,
                               const Depthwise3Constants&, float*);
-constexpr int kDepthwise3Positions = 8;
-template <int... kCounts>
+// Positions a call takes: eight at stride 1 (10 input vectors and 8 accumulators), six at stride 2 (13 and 6).
+template <int kStride>
+constexpr int kDepthwise3Positions = kStride == 1 ? 8 : 6;
+template <int kStride, int... kCounts>
 constexpr std::array<Depthwise3Fn, sizeof...(kCounts)> depthwise3_table(std::integer_sequence<int, kCounts...>) {
-    return {depthwise3_positions<kCounts + 1>...};
+    return {depthwise3_positions<kCounts + 1, kStride>...};
 }
-constexpr auto kDepthwise3 = depthwise3_table(std::make_integer_sequence<int, kDepthwise3Positions>());
+template <int kStride>
+constexpr auto kDepthwise3 =
+    depthwise3_table<kStride>(std::make_integer_sequence<int, kDepthwise3Positions<kStride>>());
 
-// The 3x3 rows take a geometry of 3x3 taps, unit strides and dilations along the width, one column of padding on
-// each side (so that the output row is the input row's width), and a clamp epilogue.
+// The 3x3 rows take 3x3 taps, unit dilations, a stride of 1 or 2 along the width and one column of padding before
+// the image, and at most one after it that any window reaches.
 bool depthwise3_applies(const Geometry& q) {
-    return q.KH == 3 && q.KW == 3 && q.SW == 1 && q.DW == 1 && q.DH == 1 && q.PL == 1 && q.OW == q.W;
+    return q.KH == 3 && q.KW == 3 && (q.SW == 1 || q.SW == 2) && q.DW == 1 && q.DH == 1 && q.PL == 1 &&
+           (q.OW - 1) * q.SW + 1 <= q.W;
+}
+
+// Output rows [oh0, oh1) of one channel block by the 3x3 rows (depthwise3_applies), at the geometry's stride.
+template <int kStride>
+__attribute__((target("avx512f"))) void depthwise3_rows(const Geometry& q, const float* x, const float* w,
+                                                        const Depthwise3Constants& constants, float* y, int64_t oh0,
+                                                        int64_t oh1) {
+    constexpr int64_t kPositions = kDepthwise3Positions<kStride>;
+    for (int64_t oh = oh0; oh < oh1; ++oh) {
+        int64_t kh0 = 0, kh1 = 3;
+        while (kh0 < 3 && oh * q.SH - q.PT + kh0 < 0) ++kh0;
+        while (kh1 > kh0 && oh * q.SH - q.PT + kh1 - 1 >= q.H) --kh1;
+        const float* rows[3] = {};
+        for (int64_t kh = kh0; kh < kh1; ++kh) rows[kh] = x + q.row_slot(oh * q.SH - q.PT + kh) * q.W * kChannelBlock;
+        float* out = y + (oh - q.out_row0) * q.OW * kChannelBlock;
+        for (int64_t ow = 0; ow < q.OW; ow += kPositions) {
+            const int64_t count = std::min(kPositions, q.OW - ow);
+            kDepthwise3<kStride>[count - 1](rows, kh0, kh1, q.W, ow, w, constants, out + ow * kChannelBlock);
+        }
+    }
 }
 
 template <bool kMax>
@@ -500,19 +528,8 @@ __attribute__((target("avx512f"))) void depthwise_rows(const Geometry& q, const 
         const std::optional<Clamp> clamp = vector_act ? clamp_of(epilogue, z) : std::nullopt;
         if (clamp && depthwise3_applies(q)) {
             const Depthwise3Constants constants{b, *clamp};
-            for (int64_t oh = oh0; oh < oh1; ++oh) {
-                int64_t kh0 = 0, kh1 = 3;
-                while (kh0 < 3 && oh * q.SH - q.PT + kh0 < 0) ++kh0;
-                while (kh1 > kh0 && oh * q.SH - q.PT + kh1 - 1 >= q.H) --kh1;
-                const float* rows[3] = {};
-                for (int64_t kh = kh0; kh < kh1; ++kh)
-                    rows[kh] = x + q.row_slot(oh * q.SH - q.PT + kh) * q.W * kChannelBlock;
-                float* out = y + (oh - q.out_row0) * q.OW * kChannelBlock;
-                for (int64_t ow = 0; ow < q.OW; ow += kDepthwise3Positions) {
-                    const int64_t count = std::min<int64_t>(kDepthwise3Positions, q.OW - ow);
-                    kDepthwise3[count - 1](rows, kh0, kh1, q.W, ow, w, constants, out + ow * kChannelBlock);
-                }
-            }
+            if (q.SW == 1) depthwise3_rows<1>(q, x, w, constants, y, oh0, oh1);
+            else depthwise3_rows<2>(q, x, w, constants, y, oh0, oh1);
             return;
         }
     }
