@@ -137,7 +137,8 @@ void blocked_winograd_conv2d(ThreadPool& pool, const WindowGeometry& g, const Wi
     // 2% faster), where splitting the tiles would have every thread read every filter for a few tiles each.
     const int64_t padded_tiles = (tiles + row_block - 1) / row_block * row_block;
     const bool filters_outweigh = C * K > padded_tiles * (C + K);
-    const bool tiles_fit = threads > 1 && 16 * padded_tiles * (C + K) <= 2 * kBlockFloats;
+    const bool tiles_fit = threads > 1 && 16 * padded_tiles * (C + K) <= 2 * kBlockFloats &&
+                           2 * C * K >= padded_tiles * (C + K);
     if (blocks > 1 && (filters_outweigh || tiles_fit)) {
         float* v = thread_scratch_buffer<float, 17>(16 * padded_tiles * C);
         float* m = thread_scratch_buffer<float, 18>(16 * padded_tiles * K);
