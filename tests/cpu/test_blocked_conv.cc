@@ -193,6 +193,8 @@ TEST(BlockedLayout, DepthwiseMatchesPlainDepthwiseConvolution) {
         // two more (28); the odd width above reads one column past the image as zeros
         {1, 32, 14, 14, 3, 2, 1, 1},
         {1, 16, 28, 28, 3, 2, 1, 1},
+        // 1x1: a per-channel scale and shift (a BatchNormalization rewritten as a convolution)
+        {2, 32, 6, 7, 1, 1, 0, 1},
     };
     for (const DwCase& c : cases) {
         const WindowGeometry g = window(c.H, c.W, c.K, c.stride, c.pad, c.pad, c.dilation);

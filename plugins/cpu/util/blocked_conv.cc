@@ -532,6 +532,20 @@ __attribute__((target("avx512f"))) void depthwise_rows(const Geometry& q, const 
             else depthwise3_rows<2>(q, x, w, constants, y, oh0, oh1);
             return;
         }
+        if (clamp && q.KH == 1 && q.KW == 1 && q.SW == 1 && q.PL == 0 && q.OW == q.W) {
+            // A per-channel scale and shift (a BatchNormalization as a convolution, optimizer/batchnorm_to_conv.cc):
+            // one multiply-add and the clamp per position.
+            const __m512 scale = _mm512_loadu_ps(w);
+            for (int64_t oh = oh0; oh < oh1; ++oh) {
+                const float* in = x + q.row_slot(oh * q.SH - q.PT) * q.W * kChannelBlock;
+                float* out = y + (oh - q.out_row0) * q.OW * kChannelBlock;
+                for (int64_t ow = 0; ow < q.OW; ++ow) {
+                    const __m512 v = _mm512_fmadd_ps(_mm512_loadu_ps(in + ow * kChannelBlock), scale, b);
+                    _mm512_storeu_ps(out + ow * kChannelBlock, _mm512_min_ps(_mm512_max_ps(v, clamp->lo), clamp->hi));
+                }
+            }
+            return;
+        }
     }
     // Output columns whose whole window lies inside the image along the width: [lo, hi).
     auto inside = [&](int64_t ow) { return ow * q.SW - q.PL >= 0 && ow * q.SW - q.PL + (q.KW - 1) * q.DW < q.W; };
