@@ -9,6 +9,7 @@
 // a convolution: elsewhere the normalization stays as the model wrote it.  The fused node is kept only where the
 // provider that runs the normalization claims it (PassContext::placement).
 #include <cmath>
+#include <unordered_set>
 
 #include "optimizer/fusion_util.h"
 #include "optimizer/optimizer.h"
@@ -30,13 +31,37 @@ public:
 
     bool run(Graph& graph, const PassContext& context) const override {
         if (!context.placement) return false;
-        return fusion::apply_where_placed(graph, context, find(graph));
+        std::vector<std::string> constants;
+        const bool changed = fusion::apply_where_placed(graph, context, find(graph, constants));
+        // The scales and shifts of normalizations left as they were (their provider does not run the convolution)
+        // go again, so that a pass that changed nothing leaves nothing behind.
+        std::unordered_set<std::string> read;
+        for (const auto& node : graph.nodes)
+            for (const auto& in : node.inputs) read.insert(in);
+        for (const auto& name : constants) {
+            if (read.count(name)) continue;
+            graph.initializers.erase(name);
+            graph.types.erase(name);
+        }
+        return changed;
     }
 
 private:
-    static std::vector<fusion::Candidate> find(Graph& graph) {
+    // A Conv whose output feeds only `bn`: fuse_conv_batchnorm folds the normalization into it (once a
+    // fold_channel_affine between them has run, say), which is better than any convolution of its own.
+    static bool foldable_into_producer(const Graph& graph, const std::unordered_map<std::string, size_t>& producers,
+                                       const fusion::ChainWalk& walk, const Node& bn, size_t b) {
+        auto producer = producers.find(bn.inputs[0]);
+        if (producer == producers.end()) return false;
+        const Node& conv = graph.nodes[producer->second];
+        return conv.domain.empty() && conv.op_type == "Conv" && conv.outputs.size() == 1 &&
+               fusion::only_feeds(graph, walk.readers, conv.outputs[0], b);
+    }
+
+    static std::vector<fusion::Candidate> find(Graph& graph, std::vector<std::string>& constants) {
         std::vector<fusion::Candidate> found;
         fusion::ChainWalk walk(graph);
+        const auto producers = graph.producers();
         for (size_t b = 0; b < graph.nodes.size(); ++b) {
             const Node& bn = graph.nodes[b];
             if (!bn.domain.empty() || bn.op_type != "BatchNormalization" || bn.inputs.size() != 5 || walk.taken[b])
@@ -46,11 +71,13 @@ private:
             bool extra_outputs = false;
             for (size_t o = 1; o < bn.outputs.size(); ++o) extra_outputs |= !bn.outputs[o].empty();
             if (extra_outputs) continue;
-            auto shape = fusion::static_shape(graph, bn.inputs[0]);
-            if (!shape || shape->size() != 4 || (*shape)[1] <= 0 ||
-                fusion::element_type(graph, bn.inputs[0]) != TESS_ELEMENT_FLOAT32)
+            // Rank 4 with a known channel count (the batch and the image size may vary).
+            auto type = graph.types.find(bn.inputs[0]);
+            if (type == graph.types.end() || !type->second.has_shape || type->second.dims.size() != 4 ||
+                type->second.dims[1] <= 0 || type->second.element_type != TESS_ELEMENT_FLOAT32)
                 continue;
-            const int64_t C = (*shape)[1];
+            if (foldable_into_producer(graph, producers, walk, bn, b)) continue;
+            const int64_t C = type->second.dims[1];
             auto gamma = fusion::constant_floats(graph, bn.inputs[1], C);
             auto beta = fusion::constant_floats(graph, bn.inputs[2], C);
             auto mean = fusion::constant_floats(graph, bn.inputs[3], C);
@@ -83,8 +110,9 @@ private:
             conv.name = bn.name.empty() ? tail + "_as_conv" : bn.name + "_as_conv";
             conv.op_type = "FusedConv";
             conv.domain = TESS_FUSED_OPS_DOMAIN;
-            conv.inputs = {bn.inputs[0], fusion::add_float_constant(graph, bn.outputs[0] + "_channel_scale", {C, 1, 1, 1}, a),
-                           fusion::add_float_constant(graph, bn.outputs[0] + "_channel_shift", {C}, shift)};
+            constants.push_back(fusion::add_float_constant(graph, bn.outputs[0] + "_channel_scale", {C, 1, 1, 1}, a));
+            constants.push_back(fusion::add_float_constant(graph, bn.outputs[0] + "_channel_shift", {C}, shift));
+            conv.inputs = {bn.inputs[0], constants[constants.size() - 2], constants.back()};
             conv.outputs = {tail};
             conv.attributes.push_back(fusion::make_attribute("group", C));
             conv.attributes.push_back(fusion::make_attribute("kernel_shape", std::vector<int64_t>{1, 1}));

@@ -55,6 +55,7 @@ compat_re='^lib(stdc\+\+|gcc_s)\.so'
 mapfile -t objects < <(find "$out/bin" "$out/lib" -type f \( -perm -u+x -o -name '*.so*' \))
 # OpenBLAS is opened at run time (plugins/cpu/util/gemm.cc), so no ldd lists it: it goes in by name, with its deps.
 blas=$(sed -n 's/^TESSERA_OPENBLAS_SERIAL:FILEPATH=//p' "$build/CMakeCache.txt")
+[ -n "$blas" ] && [ -e "$blas" ] || blas=$(ldconfig -p | awk '/libopenblas\.so\.0 /{print $NF; exit}')
 if [ -n "$blas" ] && [ -e "$blas" ]; then
   cp -L "$blas" "$out/deps/libopenblas.so.0"
   objects+=("$blas")

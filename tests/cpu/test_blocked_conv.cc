@@ -195,6 +195,7 @@ TEST(BlockedLayout, DepthwiseMatchesPlainDepthwiseConvolution) {
         {1, 16, 28, 28, 3, 2, 1, 1},
         // 1x1: a per-channel scale and shift (a BatchNormalization rewritten as a convolution)
         {2, 32, 6, 7, 1, 1, 0, 1},
+        {1, 16, 5, 6, 1, 1, 1, 1},  // ... padded: rows and columns of bias alone around it
     };
     for (const DwCase& c : cases) {
         const WindowGeometry g = window(c.H, c.W, c.K, c.stride, c.pad, c.pad, c.dilation);

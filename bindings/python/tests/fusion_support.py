@@ -366,6 +366,29 @@ def normalized_input(act: str | None, readers: int = 1, channels: int = 6, size:
     return build
 
 
+def normalized_input_of_unknown_size():
+    """The normalization of an input [1, 4, h, w]: the rewrite needs the channel count alone."""
+    def build():
+        b = Builder(91)
+        b.inputs.append(tensor("x", FLOAT, [1, 4, "h", "w"]))
+        b.feeds["x"] = b.rng.standard_normal((1, 4, 9, 7)).astype(np.float32)
+        b.output(b.conv(b.node("Relu", [b.bn("x", 4)]), 4, 4, pads=[1, 1, 1, 1]))
+        return b
+    return build
+
+
+def scaled_conv_bn_relu_conv():
+    """Conv, a per-channel Mul by a constant, BN, Relu, Conv: once the Mul folds into the first Conv, the BN folds
+    there too (level 1) rather than becoming a convolution of its own."""
+    def build():
+        b = Builder(92)
+        c = b.conv(b.input("x", [1, 3, 8, 8]), 3, 4, pads=[1, 1, 1, 1])
+        scaled = b.node("Mul", [c, b.const("s", np.linspace(0.5, 2.0, 4, dtype=np.float32).reshape(1, 4, 1, 1))])
+        b.output(b.conv(b.node("Relu", [b.bn(scaled, 4)]), 4, 4, pads=[1, 1, 1, 1]))
+        return b
+    return build
+
+
 CASES: dict[str, Case] = {
     # BatchNormalization folding (basic): no FusedConv without an activation or a sum.
     "conv_bn": Case(conv_bn(True), ops("Conv"), ops("Conv")),
@@ -448,6 +471,9 @@ CASES: dict[str, Case] = {
                          ops(F, F)),
     "bn_clip_two_convs": Case(normalized_input("Clip6", readers=2, seed=83),
                               ops("BatchNormalization", "Clip", "Conv", "Conv"), ops(F, "Conv", "Conv")),
+    "bn_relu_conv_of_unknown_size": Case(normalized_input_of_unknown_size(),
+                                         ops("BatchNormalization", "Relu", "Conv"), ops(F, "Conv")),
+    "conv_mul_bn_relu_conv": Case(scaled_conv_bn_relu_conv(), ops("Conv", "Relu", "Conv"), ops(F, "Conv")),
     "bn_sigmoid_pointwise_conv": Case(normalized_input("Sigmoid", kernel=(1, 1), seed=84),
                                       ops("BatchNormalization", "Sigmoid", "Conv"), ops(F, "Conv")),
     # 64 channels of 64 x 64 (1 MB): the CPU provider's blocked 1x1 convolution runs the per-channel one over its

@@ -260,9 +260,9 @@ def _bn_read_by_conv_and_relu():
     return b
 
 
-def _bn_relu_conv_dynamic_size():
+def _bn_relu_conv_unknown_channels():
     b = Builder(90)
-    b.inputs.append(tensor("x", FLOAT, [1, 4, "h", "w"]))
+    b.inputs.append(tensor("x", FLOAT, [1, "c", 8, 8]))
     b.feeds["x"] = b.rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
     b.output(b.conv(b.node("Relu", [b.bn("x", 4)]), 4, 4, pads=[1, 1, 1, 1]))
     return b
@@ -291,15 +291,16 @@ NEGATIVE: dict[str, Case] = {
     "bn_scale_is_graph_input": Case(_bn_param_is_graph_input, ops("Conv", "BatchNormalization"),
                                     ops("Conv", "BatchNormalization")),
     # A normalization stays one unless convolutions alone read what it (and its activation) make, and its input's
-    # shape is known.
+    # channel count is known.
     "bn_relu_read_by_pool": Case(_bn_relu_pool, ops("BatchNormalization", "Relu", "MaxPool"),
                                  ops("BatchNormalization", "Relu", "MaxPool")),
     "bn_relu_read_by_conv_and_graph_output": Case(_bn_relu_conv_and_output, ops("BatchNormalization", "Relu", "Conv"),
                                                   ops("BatchNormalization", "Relu", "Conv")),
     "bn_read_by_conv_and_relu": Case(_bn_read_by_conv_and_relu, ops("BatchNormalization", "Conv", "Relu"),
                                      ops("BatchNormalization", "Conv", "Relu")),
-    "bn_relu_conv_of_unknown_size": Case(_bn_relu_conv_dynamic_size, ops("BatchNormalization", "Relu", "Conv"),
-                                         ops("BatchNormalization", "Relu", "Conv")),
+    "bn_relu_conv_of_unknown_channels": Case(_bn_relu_conv_unknown_channels,
+                                             ops("BatchNormalization", "Relu", "Conv"),
+                                             ops("BatchNormalization", "Relu", "Conv")),
     "double_conv_relu": Case(_double_conv_relu, ops("Conv", "Relu"), ops("Conv", "Relu"), onnxruntime=False),
     "sum_read_by_two_activations": Case(_sum_read_twice, ops("Sigmoid", "Conv", "Add", "Relu", "Tanh"),
                                         ops("Sigmoid", F, "Relu", "Tanh")),

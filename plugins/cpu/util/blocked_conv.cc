@@ -424,6 +424,10 @@ __attribute__((target("avx512f"))) inline void store_position(const Geometry& q,
 struct Clamp {
     __m512 lo, hi;
 };
+// min(max(v, lo), hi) with a NaN in v kept (max_ps and min_ps return their second operand when either is NaN).
+__attribute__((target("avx512f"))) inline __m512 clamped(__m512 v, const Clamp& clamp) {
+    return _mm512_min_ps(clamp.hi, _mm512_max_ps(clamp.lo, v));
+}
 // What the 3x3 rows keep in registers besides the filters: the bias and the clamp.
 struct Depthwise3Constants {
     __m512 bias;
@@ -472,8 +476,7 @@ __attribute__((target("avx512f"))) inline void depthwise3_positions(const float*
     }
 #pragma GCC unroll 16
     for (int p = 0; p < kPos; ++p)
-        _mm512_storeu_ps(out + p * kChannelBlock,
-                         _mm512_min_ps(_mm512_max_ps(acc[p], constants.clamp.lo), constants.clamp.hi));
+        _mm512_storeu_ps(out + p * kChannelBlock, clamped(acc[p], constants.clamp));
 }
 
 using Depthwise3Fn = void (*)(const float* const*, int64_t, int64_t, int64_t, int64_t, const float*,
@@ -532,7 +535,7 @@ __attribute__((target("avx512f"))) void depthwise_rows(const Geometry& q, const 
             else depthwise3_rows<2>(q, x, w, constants, y, oh0, oh1);
             return;
         }
-        if (clamp && q.KH == 1 && q.KW == 1 && q.SW == 1 && q.PL == 0 && q.OW == q.W) {
+        if (clamp && q.KH == 1 && q.KW == 1 && q.SW == 1 && !q.padded) {
             // A per-channel scale and shift (a BatchNormalization as a convolution, optimizer/batchnorm_to_conv.cc):
             // one multiply-add and the clamp per position.
             const __m512 scale = _mm512_loadu_ps(w);
@@ -541,7 +544,7 @@ __attribute__((target("avx512f"))) void depthwise_rows(const Geometry& q, const 
                 float* out = y + (oh - q.out_row0) * q.OW * kChannelBlock;
                 for (int64_t ow = 0; ow < q.OW; ++ow) {
                     const __m512 v = _mm512_fmadd_ps(_mm512_loadu_ps(in + ow * kChannelBlock), scale, b);
-                    _mm512_storeu_ps(out + ow * kChannelBlock, _mm512_min_ps(_mm512_max_ps(v, clamp->lo), clamp->hi));
+                    _mm512_storeu_ps(out + ow * kChannelBlock, clamped(v, *clamp));
                 }
             }
             return;

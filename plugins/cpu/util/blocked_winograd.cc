@@ -133,8 +133,10 @@ void blocked_winograd_conv2d(ThreadPool& pool, const WindowGeometry& g, const Wi
     // filters, 1.6 MB of tiles) would be read from memory once per block: then all tiles are transformed first,
     // each (point, panel) product is one task over all of them, so that each filter is read once per image and the
     // threads share the filters instead of each reading them all, and the outputs are transformed last.  With
-    // several threads also when all the tiles' buffers fit in L2 (SqueezeNet's 13x13 layers, 2 threads: the model
-    // 2% faster), where splitting the tiles would have every thread read every filter for a few tiles each.
+    // several threads also when all the tiles' buffers fit in L2 and the filters are at least half their size
+    // (SqueezeNet's 13x13 layers, 2 threads: the model 2% faster), where splitting the tiles would have every thread
+    // read every filter for a few tiles each; with smaller filters (its 27x27 layers) each thread keeps its own tiles
+    // rather than hand their transforms and products to the other core (the model 3% faster at 2 threads).
     const int64_t padded_tiles = (tiles + row_block - 1) / row_block * row_block;
     const bool filters_outweigh = C * K > padded_tiles * (C + K);
     const bool tiles_fit = threads > 1 && 16 * padded_tiles * (C + K) <= 2 * kBlockFloats &&

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #ifndef TESSERA_OPENBLAS_LIBRARY  // set by plugins/cpu/CMakeLists.txt
@@ -36,36 +37,33 @@ struct BlasLibrary {
 };
 
 template <typename F>
-void resolve(void* handle, const char* name, F& function) {
+bool resolve(void* handle, const char* name, F& function) {
     function = reinterpret_cast<F>(dlsym(handle, name));
-    if (!function) throw KernelError(std::string("OpenBLAS lacks ") + name);
+    return function != nullptr;
 }
 
-BlasLibrary open_blas() {
-    std::string errors;
-    void* handle = nullptr;
-    for (const char* path : {TESSERA_OPENBLAS_LIBRARY, "libopenblas.so.0"}) {
-        // Never closed: kernels may call it until the process ends.
-        if ((handle = dlopen(path, RTLD_NOW | RTLD_LOCAL))) break;
-        const char* error = dlerror();
-        errors += std::string(errors.empty() ? "" : "; ") + (error ? error : path);
-    }
-    if (!handle) throw KernelError("this product needs OpenBLAS, which could not be loaded: " + errors);
+std::optional<BlasLibrary> open_blas() {
+    void* handle = dlopen(TESSERA_OPENBLAS_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr && std::strcmp(TESSERA_OPENBLAS_LIBRARY, "libopenblas.so.0") != 0)
+        handle = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) return std::nullopt;  // never closed otherwise: kernels may call it until the process ends
     BlasLibrary blas;
-    resolve(handle, "cblas_sgemm", blas.sgemm);
-    resolve(handle, "cblas_dgemm", blas.dgemm);
-    resolve(handle, "cblas_sgemv", blas.sgemv);
-    resolve(handle, "cblas_dgemv", blas.dgemv);
+    if (!resolve(handle, "cblas_sgemm", blas.sgemm) || !resolve(handle, "cblas_dgemm", blas.dgemm) ||
+        !resolve(handle, "cblas_sgemv", blas.sgemv) || !resolve(handle, "cblas_dgemv", blas.dgemv)) {
+        dlclose(handle);
+        return std::nullopt;
+    }
     // Every call runs on the calling thread: the session pool splits the work (the pthread build has its own pool).
     using SetThreads = void (*)(int);
     if (auto set_threads = reinterpret_cast<SetThreads>(dlsym(handle, "openblas_set_num_threads"))) set_threads(1);
     return blas;
 }
 
-// Opened once per process; a failed open throws (the kernel reports it) and the next call tries again.
-const BlasLibrary& blas_library() {
-    static const BlasLibrary blas = open_blas();
-    return blas;
+// Opened once per process, on the first product that needs it (often inside a pool region, where nothing may
+// throw): where OpenBLAS cannot be loaded, NULL, and those products run as plain loops (loop_gemm) instead.
+const BlasLibrary* blas_library() {
+    static const std::optional<BlasLibrary> blas = open_blas();
+    return blas ? &*blas : nullptr;
 }
 
 // Products with fewer multiply-adds than this per task are not worth a hand-off to another thread.
@@ -119,10 +117,10 @@ void blas_gemv(bool trans, int64_t rows, int64_t cols, T alpha, const T* A, int6
                T beta, T* y, int64_t incy) {
     const auto t = trans ? CblasTrans : CblasNoTrans;
     if constexpr (std::is_same_v<T, float>) {
-        blas_library().sgemv(CblasRowMajor, t, int(rows), int(cols), alpha, A, int(lda), x, int(incx), beta, y,
+        blas_library()->sgemv(CblasRowMajor, t, int(rows), int(cols), alpha, A, int(lda), x, int(incx), beta, y,
                              int(incy));
     } else {
-        blas_library().dgemv(CblasRowMajor, t, int(rows), int(cols), alpha, A, int(lda), x, int(incx), beta, y,
+        blas_library()->dgemv(CblasRowMajor, t, int(rows), int(cols), alpha, A, int(lda), x, int(incx), beta, y,
                              int(incy));
     }
 }
@@ -130,6 +128,10 @@ void blas_gemv(bool trans, int64_t rows, int64_t cols, T alpha, const T* A, int6
 template <typename T>
 void blas_product(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
                   const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+    if (blas_library() == nullptr) {
+        loop_gemm<T>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
     if (M == 1 || N == 1) {
         // Matrix-vector shapes: gemv streams the matrix once instead of packing it.  BLAS's gemv scales y by beta
         // even when beta is 0 (0 * NaN garbage = NaN), so clear y ourselves.
@@ -157,10 +159,10 @@ void blas_product(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T
     const auto ta = trans_a ? CblasTrans : CblasNoTrans;
     const auto tb = trans_b ? CblasTrans : CblasNoTrans;
     if constexpr (std::is_same_v<T, float>) {
-        blas_library().sgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
+        blas_library()->sgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
                              int(ldc));
     } else {
-        blas_library().dgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
+        blas_library()->dgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
                              int(ldc));
     }
 }
