@@ -296,3 +296,45 @@ def test_fused_weights_are_never_dequantized_to_float():
     assert "QLinearConv" not in ops and len(dequantized) == 2, dequantized
     ops, dequantized = folded(3)
     assert "QLinearConv" in ops and not dequantized, dequantized
+
+
+def _depthwise_island(zero_type, residual):
+    """A QDQ depthwise convolution that stays float between its DequantizeLinear and QuantizeLinear (fuse_qdq.cc
+    leaves depthwise ones float), on 32 channels of 10 x 12 (positions not a multiple of 16), optionally with a
+    residual Add of two dequantized tensors, and the result dequantized again."""
+    b = QdqBuilder()
+    zero = zero_type(3 if zero_type is np.int8 else 131)
+    x = b.q("x", 0.05, zero)
+    y = b.dq(x, np.float32(0.05), zero)
+    w = b.const((RNG.standard_normal((32, 1, 3, 3)) * 0.5).astype(np.float32))
+    bias = b.const((RNG.standard_normal(32) * 0.1).astype(np.float32))
+    conv = b.node("Conv", [y, w, bias], group=32, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    q = b.q(conv, 0.04, zero)
+    out = b.dq(q, np.float32(0.04), zero)
+    if residual:
+        out = b.node("Add", [out, b.dq(x, np.float32(0.05), zero)])
+        out = b.dq(b.q(out, 0.06, zero), np.float32(0.06), zero)
+    graph = helper.make_graph(b.nodes, "island", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 32, 10, 12])],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", b.opset)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("zero_type", [np.uint8, np.int8], ids=["uint8", "int8"])
+@pytest.mark.parametrize("residual", [False, True], ids=["", "residual"])
+def test_float_depthwise_island_in_the_blocked_layout_matches_nchw(monkeypatch, zero_type, residual):
+    """The CPU provider holds the island blocked (DequantizeLinear writes the layout, QuantizeLinear reads it) where
+    it can; the results are those of the NCHW run bit for bit, and unoptimized onnxruntime's (float convolution,
+    summed in another order) within one step of the output's quantization."""
+    model = _depthwise_island(zero_type, residual)
+    x = (RNG.standard_normal((2, 32, 10, 12)) * 4).astype(np.float32)  # saturates at both ends too
+    blocked = tessera.InferenceSession(model).run(None, {"x": x})[0]
+    monkeypatch.setenv("TESSERA_CPU_BLOCKED_LAYOUT", "0")
+    nchw = tessera.InferenceSession(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(blocked, nchw)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    theirs = ort.InferenceSession(model.SerializeToString(), options,
+                                  providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(blocked, theirs, atol=0.061, rtol=0)

@@ -39,6 +39,16 @@ bool blocked_input_declared(const NodeInfo& info);
 void to_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst);
 void from_blocked(ThreadPool& pool, const float* src, int64_t N, int64_t C, int64_t positions, float* dst);
 
+// DequantizeLinear into the blocked layout, for one block of 16 channels: x holds them NCHW (channel c's positions
+// from x + c * positions), and dst[p * 16 + c] = (float(x) - zero) * scale for `count` positions from x's first.
+// QuantizeLinear out of it: y (NCHW likewise) = saturate(round_half_even(src[p * 16 + c] / scale) + zero).  The
+// arithmetic of the NCHW paths (kernels/quantization), bit for bit; In and Out are uint8_t or int8_t.  AVX-512 only,
+// as the layout is.
+template <typename In>
+void dequantize_to_blocked(const In* x, int64_t positions, int64_t count, float scale, float zero, float* dst);
+template <typename Out>
+void quantize_from_blocked(const float* src, int64_t count, float scale, float zero, int64_t positions, Out* y);
+
 // How the tensors of one blocked_conv2d call are laid out.
 struct BlockedConvLayout {
     bool x_blocked = false;  // X (C a multiple of 16 when set)

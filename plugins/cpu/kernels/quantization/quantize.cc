@@ -17,6 +17,7 @@
 #include "kernels/all_kernels.h"
 #include "kernels/quantization/quantize_support.h"
 #include "util/axes.h"
+#include "util/blocked_conv.h"
 #include "util/element_convert.h"
 #include "util/type_list.h"
 #include "util/vec_math.h"
@@ -286,7 +287,52 @@ void quantize(ThreadPool& pool, const Tensor& x, const QuantizeParams& params, T
     });
 }
 
-class QuantizeLinearKernel final : public Kernel {
+// ---- the blocked layout ----------------------------------------------------------------------------------------
+
+// DequantizeLinear into, and QuantizeLinear out of, the blocked channel layout (util/blocked_conv.h), so that the
+// float islands of a QDQ model between them (the depthwise convolutions quantize_static leaves float) run on the
+// blocked kernels instead of NCHW ones: per-tensor 8-bit quantization of a declared float [N, 16k, H, W] tensor, a
+// block of 16 channels and up to kBlockedChunk positions a task, with the arithmetic of the NCHW paths
+// (quantize_float_run, dequantize_float_run), so the results are the same bit for bit.
+constexpr int64_t kBlockedChunk = 1024;
+
+// Whether the scale and zero point are declared scalars (or [1]) and the quantized side 8-bit.
+bool per_tensor_8bit(const NodeInfo& info, int32_t quantized_type) {
+    auto scalar = [&](size_t i) {
+        const std::optional<Shape> shape = info.input_shape(i);
+        return shape && shape_size(*shape) == 1;
+    };
+    return (quantized_type == TESS_ELEMENT_UINT8 || quantized_type == TESS_ELEMENT_INT8) && scalar(1) &&
+           (!info.has_input(2) || scalar(2));
+}
+
+// Tasks of the blocked conversions: (image and channel block, chunk of positions).
+template <typename Fn>
+void for_each_blocked_chunk(ThreadPool& pool, const Shape& shape, const Fn& fn) {
+    const int64_t N = shape[0], blocks = shape[1] / kChannelBlock, positions = shape[2] * shape[3];
+    const int64_t chunks = (positions + kBlockedChunk - 1) / kBlockedChunk;
+    pool.parallel_for(N * blocks * chunks, 1, [&](int64_t first, int64_t last) {
+        for (int64_t t = first; t < last; ++t) {
+            const int64_t image_block = t / chunks, p0 = (t % chunks) * kBlockedChunk;
+            fn(image_block * kChannelBlock * positions, p0, std::min(kBlockedChunk, positions - p0), positions);
+        }
+    });
+}
+
+// Calls fn.template operator()<T>() for T uint8_t or int8_t (`type`); the blocked paths check the type first.
+template <typename Fn> void dispatch_8bit_integer(int32_t type, const Fn& fn) {
+    if (type == TESS_ELEMENT_UINT8) fn.template operator()<uint8_t>();
+    else fn.template operator()<int8_t>();
+}
+
+// Throws unless `x` is what the blocked paths were chosen for (the declared shape and a per-tensor quantization).
+void check_blocked(const std::string& op, const Shape& shape, bool per_tensor) {
+    if (shape.size() != 4 || shape[1] % kChannelBlock != 0 || !per_tensor)
+        throw KernelError(op + ": a blocked tensor " + shape_string(shape) +
+                          " must be [N, 16k, H, W] with a per-tensor scale");
+}
+
+class QuantizeLinearKernel final : public Kernel, public BlockedLayoutKernel {
 public:
     QuantizeLinearKernel(const NodeInfo& info, QuantizeFeatures features)
         : axis_(features.per_axis ? info.attr_int("axis", 1) : 1),
@@ -301,6 +347,16 @@ public:
         const int64_t precision = features.precision ? info.attr_int("precision", 0) : 0;
         if (precision != 0) precision_ = precision_of("QuantizeLinear", static_cast<int32_t>(precision));
         if (!features.per_axis) per_tensor_only_ = true;
+        const int32_t quantized =
+            info.has_input(2) ? info.input_type(2) : (output_dtype_ ? output_dtype_ : TESS_ELEMENT_UINT8);
+        blocked_capable_ = !precision_ && block_size_ == 0 && info.input_type(0) == TESS_ELEMENT_FLOAT32 &&
+                           blocked_input_declared(info) && per_tensor_8bit(info, quantized);
+    }
+
+    bool reads_blocked(size_t input) const override { return input == 0 && blocked_capable_; }
+    bool writes_blocked() const override { return false; }
+    void set_layout(const std::vector<bool>& blocked_inputs, bool) override {
+        x_blocked_ = blocked_capable_ && !blocked_inputs.empty() && blocked_inputs[0];
     }
 
     void compute(KernelContext& ctx) const override {
@@ -333,6 +389,21 @@ public:
         params.saturate = saturate_;
 
         Tensor& y = ctx.output(0, params.output_type, x.shape);
+        if (x_blocked_) {
+            check_blocked(op, x.shape,
+                          params.layout.per_tensor && x.type == TESS_ELEMENT_FLOAT32 &&
+                              params.precision == Precision::Float &&
+                              (y.type == TESS_ELEMENT_UINT8 || y.type == TESS_ELEMENT_INT8));
+            const float scale_value = params.scales[0], zero = static_cast<float>(params.zero_points[0]);
+            dispatch_8bit_integer(y.type, [&]<typename Out>() {
+                for_each_blocked_chunk(ctx.pool(), x.shape, [&](int64_t at, int64_t p0, int64_t count,
+                                                                int64_t positions) {
+                    quantize_from_blocked(x.ptr<float>() + at + p0 * kChannelBlock, count, scale_value, zero,
+                                          positions, y.ptr<Out>() + at + p0);
+                });
+            });
+            return;
+        }
         quantize(ctx.pool(), x, params, y);
     }
 
@@ -343,13 +414,15 @@ private:
     int32_t output_dtype_;
     std::optional<Precision> precision_;
     bool per_tensor_only_ = false;
+    bool blocked_capable_ = false;  // may read a blocked x (reads_blocked)
+    bool x_blocked_ = false;
 };
 
 // ---- DequantizeLinear ------------------------------------------------------------------------------------------
 
 // y = (x - zero_point) * scale: the difference is taken in double (exact for every input type) and rounded to
 // float, the product is a float product rounded to the output type, as ONNX's reference computes it.
-class DequantizeLinearKernel final : public Kernel {
+class DequantizeLinearKernel final : public Kernel, public BlockedLayoutKernel {
 public:
     DequantizeLinearKernel(const NodeInfo& info, QuantizeFeatures features)
         : axis_(features.per_axis ? info.attr_int("axis", 1) : 1),
@@ -362,6 +435,15 @@ public:
             throw KernelError("DequantizeLinear: output_dtype " + std::to_string(output_dtype_) +
                               " must be float, float16 or bfloat16");
         }
+        blocked_capable_ = block_size_ == 0 && declared_output_type_ == TESS_ELEMENT_FLOAT32 &&
+                           (output_dtype_ == 0 || output_dtype_ == TESS_ELEMENT_FLOAT32) &&
+                           blocked_input_declared(info) && per_tensor_8bit(info, info.input_type(0));
+    }
+
+    bool reads_blocked(size_t) const override { return false; }
+    bool writes_blocked() const override { return blocked_capable_; }
+    void set_layout(const std::vector<bool>&, bool blocked_output) override {
+        y_blocked_ = blocked_capable_ && blocked_output;
     }
 
     void compute(KernelContext& ctx) const override {
@@ -389,6 +471,19 @@ public:
         if (output_type == 0) output_type = is_float_type(scale.type) ? scale.type : declared_output_type_;
         if (!is_float_type(output_type)) output_type = TESS_ELEMENT_FLOAT32;
         Tensor& y = ctx.output(0, output_type, x.shape);
+        if (y_blocked_) {
+            check_blocked(op, x.shape, layout.per_tensor && output_type == TESS_ELEMENT_FLOAT32 &&
+                                           (x.type == TESS_ELEMENT_UINT8 || x.type == TESS_ELEMENT_INT8));
+            const float scale_value = scales[0], zero = static_cast<float>(zero_points[0]);
+            dispatch_8bit_integer(x.type, [&]<typename X>() {
+                for_each_blocked_chunk(ctx.pool(), x.shape, [&](int64_t at, int64_t p0, int64_t count,
+                                                                int64_t positions) {
+                    dequantize_to_blocked(x.ptr<X>() + at + p0, positions, count, scale_value, zero,
+                                          y.ptr<float>() + at + p0 * kChannelBlock);
+                });
+            });
+            return;
+        }
 
         // Fast path: 8/16-bit integers into float, where x - zero_point is exact in float.
         const bool fast = output_type == TESS_ELEMENT_FLOAT32 && x.type != TESS_ELEMENT_INT32 &&
@@ -427,6 +522,8 @@ private:
     int32_t output_dtype_;
     int32_t declared_output_type_;
     bool per_tensor_only_;
+    bool blocked_capable_ = false;  // may write a blocked y (writes_blocked)
+    bool y_blocked_ = false;
 };
 
 // ---- DynamicQuantizeLinear -------------------------------------------------------------------------------------
