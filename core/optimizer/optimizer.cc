@@ -15,6 +15,7 @@ std::vector<std::unique_ptr<GraphPass>> default_passes() {
     passes.push_back(make_fold_channel_affine_pass());
     passes.push_back(make_fuse_conv_activation_pass());
     passes.push_back(make_batchnorm_to_conv_pass());  // after it, so that it sees which readers are convolutions
+    passes.push_back(make_pool_before_pointwise_conv_pass());  // after it: the convolution still reads the BN there
     passes.push_back(make_fuse_gelu_pass());
     passes.push_back(make_fuse_matmul_bias_pass());  // after fuse-gelu, so that the GELU it makes joins the layer
     passes.push_back(make_fuse_attention_pass());

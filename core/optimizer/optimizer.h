@@ -64,6 +64,7 @@ std::unique_ptr<GraphPass> make_fuse_conv_batchnorm_pass();
 std::unique_ptr<GraphPass> make_fold_channel_affine_pass();
 std::unique_ptr<GraphPass> make_fuse_conv_activation_pass();
 std::unique_ptr<GraphPass> make_batchnorm_to_conv_pass();
+std::unique_ptr<GraphPass> make_pool_before_pointwise_conv_pass();
 std::unique_ptr<GraphPass> make_fuse_gelu_pass();
 std::unique_ptr<GraphPass> make_fuse_attention_pass();
 std::unique_ptr<GraphPass> make_fuse_matmul_bias_pass();

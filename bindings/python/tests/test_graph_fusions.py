@@ -20,6 +20,7 @@ import shutil
 import subprocess
 
 import numpy as np
+import onnx
 import pytest
 from model_factory import FLOAT, tensor
 from onnx import TensorProto, helper, numpy_helper
@@ -519,3 +520,48 @@ def test_fused_operator_domain():
     model, _ = materialize(CASES["conv_relu"])
     (op,) = [op for p in tessera.InferenceSession(model).get_partitions() for op in p["ops"]]
     assert op == "ai.tessera:FusedConv"
+
+
+def _pointwise_conv_then_pool(kernel=(1, 1), pool_attrs=None, read_twice=False, group=1, seed=93):
+    """x [1, 8, 12, 12] -> Conv (8 -> 4 filters, `kernel`) -> AveragePool (2x2 stride 2 unless `pool_attrs`)."""
+    b = Builder(seed)
+    pads = [k // 2 for k in kernel] * 2
+    c = b.conv(b.input("x", [1, 8, 12, 12]), 8, 4, kernel=kernel, group=group, pads=pads)
+    attrs = pool_attrs if pool_attrs is not None else {"kernel_shape": [2, 2], "strides": [2, 2]}
+    b.output(b.node("AveragePool", [c], **attrs))
+    if read_twice:
+        b.output(c)
+    return b
+
+
+POOL_SWAPS = {
+    # (builder, whether the pool moves before the convolution)
+    "pointwise": (lambda: _pointwise_conv_then_pool(), True),
+    "pointwise_grouped": (lambda: _pointwise_conv_then_pool(group=2, seed=94), True),
+    "pointwise_3x3_pool_stride_1": (lambda: _pointwise_conv_then_pool(pool_attrs={"kernel_shape": [3, 3]}, seed=95),
+                                    True),
+    "3x3_conv": (lambda: _pointwise_conv_then_pool(kernel=(3, 3), seed=96), False),
+    "padded_pool": (lambda: _pointwise_conv_then_pool(pool_attrs={"kernel_shape": [2, 2], "strides": [2, 2],
+                                                                  "pads": [1, 1, 1, 1]}, seed=97), False),
+    "ceil_mode_pool": (lambda: _pointwise_conv_then_pool(pool_attrs={"kernel_shape": [2, 2], "strides": [2, 2],
+                                                                     "ceil_mode": 1}, seed=98), False),
+    "conv_output_read_twice": (lambda: _pointwise_conv_then_pool(read_twice=True, seed=99), False),
+}
+
+
+@pytest.mark.parametrize("name", list(POOL_SWAPS))
+def test_average_pool_moves_before_a_pointwise_convolution(tmp_path, name):
+    """AveragePool(Conv 1x1(x)) = Conv 1x1(AveragePool(x)) where the pool averages whole windows
+    (core/optimizer/pool_before_pointwise_conv.cc): the saved optimized graph pools first exactly where that holds,
+    and the results agree with level 0 and with onnxruntime."""
+    build, moves = POOL_SWAPS[name]
+    model, feeds = materialize(Case(build, [], []))
+    reference, _ = run_at(model, feeds, 0)
+    theirs = onnxruntime_outputs(model, feeds)
+    if theirs is not None:
+        assert_same(reference, theirs, f"{name}: level 0 against onnxruntime")
+    path = tmp_path / "optimized.onnx"
+    outputs = tessera.InferenceSession(model, optimized_model_filepath=str(path)).run(None, feeds)
+    assert_same(outputs, reference, f"{name}: optimized against level 0")
+    order = [n.op_type for n in onnx.load(str(path)).graph.node if n.op_type in ("AveragePool", "Conv")]
+    assert order == (["AveragePool", "Conv"] if moves else ["Conv", "AveragePool"]), order
