@@ -6,7 +6,7 @@
 // two nodes, the normalization and the activation each make a pass over that tensor; as one convolution they make
 // one, and a provider that runs a 1x1 convolution over a per-channel one's rows as they are made (the CPU
 // provider's blocked layout) never writes the tensor between them at all.  Only where every reader of the result is
-// a convolution: elsewhere the normalization stays as the model wrote it.  The fused node is kept only where the
+// a convolution or a pool: elsewhere the normalization stays as the model wrote it.  The fused node is kept only where the
 // provider that runs the normalization claims it (PassContext::placement).
 #include <cmath>
 #include <unordered_set>
@@ -19,8 +19,11 @@ namespace tessera {
 
 namespace {
 
-bool is_convolution(const Node& node) {
-    return (node.domain.empty() && node.op_type == "Conv") ||
+// Readers after which the rewrite pays: convolutions, and the pools that DenseNet's transitions put between the
+// normalization and the convolution once pool_before_pointwise_conv.cc has moved them.
+bool convolution_or_pool(const Node& node) {
+    return (node.domain.empty() && (node.op_type == "Conv" || node.op_type == "AveragePool" ||
+                                    node.op_type == "MaxPool")) ||
            (node.domain == TESS_FUSED_OPS_DOMAIN && node.op_type == "FusedConv");
 }
 
@@ -97,7 +100,7 @@ private:
             } else {
                 activation.clear();
             }
-            if (!read_only_by_convolutions(graph, walk, tail)) continue;
+            if (!read_only_by_convolutions_or_pools(graph, walk, tail)) continue;
 
             const double epsilon = fusion::float_attribute(bn, "epsilon", 1e-5f);
             std::vector<float> a(static_cast<size_t>(C)), shift(static_cast<size_t>(C));
@@ -127,13 +130,14 @@ private:
         return found;
     }
 
-    // `value` is read by convolutions alone (one or more), and is not a graph output.
-    static bool read_only_by_convolutions(const Graph& graph, const fusion::ChainWalk& walk, const std::string& value) {
+    // `value` is read by convolutions and pools alone (one or more), and is not a graph output.
+    static bool read_only_by_convolutions_or_pools(const Graph& graph, const fusion::ChainWalk& walk,
+                                                   const std::string& value) {
         if (graph.is_graph_output(value)) return false;
         auto it = walk.readers.find(value);
         if (it == walk.readers.end() || it->second.empty()) return false;
         for (size_t reader : it->second)
-            if (!is_convolution(graph.nodes[reader])) return false;
+            if (!convolution_or_pool(graph.nodes[reader])) return false;
         return true;
     }
 };

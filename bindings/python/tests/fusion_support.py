@@ -377,6 +377,19 @@ def normalized_input_of_unknown_size():
     return build
 
 
+def normalized_pool(pool: str, conv_first: bool = False):
+    """BN -> Relu -> pool, or (DenseNet's transition) BN -> Relu -> 1x1 Conv -> 2x2 average: the pool moves before
+    the convolution (pool_before_pointwise_conv.cc) and the normalization still becomes a convolution."""
+    def build():
+        b = Builder(100)
+        y = b.node("Relu", [b.bn(b.input("x", [1, 32, 8, 8]), 32)])
+        if conv_first:
+            y = b.conv(y, 32, 16, kernel=(1, 1))
+        b.output(b.node(pool, [y], kernel_shape=[2, 2], strides=[2, 2]))
+        return b
+    return build
+
+
 def scaled_conv_bn_relu_conv():
     """Conv, a per-channel Mul by a constant, BN, Relu, Conv: once the Mul folds into the first Conv, the BN folds
     there too (level 1) rather than becoming a convolution of its own."""
@@ -474,6 +487,9 @@ CASES: dict[str, Case] = {
     "bn_relu_conv_of_unknown_size": Case(normalized_input_of_unknown_size(),
                                          ops("BatchNormalization", "Relu", "Conv"), ops(F, "Conv")),
     "conv_mul_bn_relu_conv": Case(scaled_conv_bn_relu_conv(), ops("Conv", "Relu", "Conv"), ops(F, "Conv")),
+    "bn_relu_maxpool": Case(normalized_pool("MaxPool"), ops("BatchNormalization", "Relu", "MaxPool"), ops(F, "MaxPool")),
+    "densenet_transition": Case(normalized_pool("AveragePool", conv_first=True),
+                                ops("BatchNormalization", "Relu", "Conv", "AveragePool"), ops(F, "AveragePool", "Conv")),
     "bn_sigmoid_pointwise_conv": Case(normalized_input("Sigmoid", kernel=(1, 1), seed=84),
                                       ops("BatchNormalization", "Sigmoid", "Conv"), ops(F, "Conv")),
     # 64 channels of 64 x 64 (1 MB): the CPU provider's blocked 1x1 convolution runs the per-channel one over its

@@ -238,10 +238,10 @@ def _unsupported_activation():
     return b
 
 
-def _bn_relu_pool():
+def _bn_relu_global_pool():
     b = Builder(87)
     y = b.node("Relu", [b.bn(b.input("x", [1, 4, 8, 8]), 4)])
-    b.output(b.node("MaxPool", [y], kernel_shape=[2, 2]))
+    b.output(b.node("GlobalAveragePool", [y]))
     return b
 
 
@@ -293,8 +293,8 @@ NEGATIVE: dict[str, Case] = {
                                     ops("Conv", "BatchNormalization")),
     # A normalization stays one unless convolutions alone read what it (and its activation) make, and its input's
     # channel count is known.
-    "bn_relu_read_by_pool": Case(_bn_relu_pool, ops("BatchNormalization", "Relu", "MaxPool"),
-                                 ops("BatchNormalization", "Relu", "MaxPool")),
+    "bn_relu_read_by_global_pool": Case(_bn_relu_global_pool, ops("BatchNormalization", "Relu", "GlobalAveragePool"),
+                                        ops("BatchNormalization", "Relu", "GlobalAveragePool")),
     "bn_relu_read_by_conv_and_graph_output": Case(_bn_relu_conv_and_output, ops("BatchNormalization", "Relu", "Conv"),
                                                   ops("BatchNormalization", "Relu", "Conv")),
     "bn_read_by_conv_and_relu": Case(_bn_read_by_conv_and_relu, ops("BatchNormalization", "Conv", "Relu"),
