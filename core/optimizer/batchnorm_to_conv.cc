@@ -1,13 +1,13 @@
 // Rewrites an inference BatchNormalization that no Conv before it could absorb (fuse_conv_batchnorm.cc), together
 // with the activation after it, as the per-channel convolution it is, when what it makes feeds convolutions:
 //   BN(X; gamma, beta, mean, var) [-> act]  =>  FusedConv(X, a [C,1,1,1], b) group=C kernel 1x1 [activation=act]
-//   a = gamma / sqrt(var + epsilon),  b = beta - mean * a    (computed in double, rounded once)
+//   a = gamma / sqrt(var + epsilon),  b = beta - mean * a    (in float, as the normalization itself rounds them)
 // DenseNet normalizes the concatenation of every earlier layer this way before each of its 1x1 convolutions.  As
 // two nodes, the normalization and the activation each make a pass over that tensor; as one convolution they make
 // one, and a provider that runs a 1x1 convolution over a per-channel one's rows as they are made (the CPU
 // provider's blocked layout) never writes the tensor between them at all.  Only where every reader of the result is
-// a convolution or a pool: elsewhere the normalization stays as the model wrote it.  The fused node is kept only where the
-// provider that runs the normalization claims it (PassContext::placement).
+// a convolution or an average pool: elsewhere the normalization stays as the model wrote it.  The fused node is kept
+// only where the provider that runs the normalization claims it (PassContext::placement).
 #include <cmath>
 #include <unordered_set>
 
@@ -19,11 +19,10 @@ namespace tessera {
 
 namespace {
 
-// Readers after which the rewrite pays: convolutions, and the pools that DenseNet's transitions put between the
-// normalization and the convolution once pool_before_pointwise_conv.cc has moved them.
+// Readers after which the rewrite pays: convolutions, and the average pools that DenseNet's transitions put between
+// the normalization and the convolution once pool_before_pointwise_conv.cc has moved them.
 bool convolution_or_pool(const Node& node) {
-    return (node.domain.empty() && (node.op_type == "Conv" || node.op_type == "AveragePool" ||
-                                    node.op_type == "MaxPool")) ||
+    return (node.domain.empty() && (node.op_type == "Conv" || node.op_type == "AveragePool")) ||
            (node.domain == TESS_FUSED_OPS_DOMAIN && node.op_type == "FusedConv");
 }
 
@@ -102,12 +101,15 @@ private:
             }
             if (!read_only_by_convolutions_or_pools(graph, walk, tail)) continue;
 
-            const double epsilon = fusion::float_attribute(bn, "epsilon", 1e-5f);
+            // Rounded in float step by step, as the CPU provider's BatchNormalization and onnxruntime's round them
+            // (kernels/nn/normalization.cc): computed in double they would move outputs by an ulp, which a
+            // DynamicQuantizeLinear downstream turns into other integers.
+            const float epsilon = fusion::float_attribute(bn, "epsilon", 1e-5f);
             std::vector<float> a(static_cast<size_t>(C)), shift(static_cast<size_t>(C));
             for (size_t c = 0; c < a.size(); ++c) {
-                const double s = double((*gamma)[c]) / std::sqrt(double((*var)[c]) + epsilon);
-                a[c] = static_cast<float>(s);
-                shift[c] = static_cast<float>(double((*beta)[c]) - double((*mean)[c]) * s);
+                const float inv_std = 1.0f / std::sqrt((*var)[c] + epsilon);
+                a[c] = inv_std * (*gamma)[c];
+                shift[c] = (*beta)[c] - (*mean)[c] * a[c];
             }
             Node conv;
             conv.name = bn.name.empty() ? tail + "_as_conv" : bn.name + "_as_conv";

@@ -238,11 +238,13 @@ def _unsupported_activation():
     return b
 
 
-def _bn_relu_global_pool():
-    b = Builder(87)
-    y = b.node("Relu", [b.bn(b.input("x", [1, 4, 8, 8]), 4)])
-    b.output(b.node("GlobalAveragePool", [y]))
-    return b
+def _bn_relu_pool(op, **attrs):
+    def build():
+        b = Builder(87)
+        y = b.node("Relu", [b.bn(b.input("x", [1, 4, 8, 8]), 4)])
+        b.output(b.node(op, [y], **attrs))
+        return b
+    return build
 
 
 def _bn_relu_conv_and_output():
@@ -293,8 +295,12 @@ NEGATIVE: dict[str, Case] = {
                                     ops("Conv", "BatchNormalization")),
     # A normalization stays one unless convolutions alone read what it (and its activation) make, and its input's
     # channel count is known.
-    "bn_relu_read_by_global_pool": Case(_bn_relu_global_pool, ops("BatchNormalization", "Relu", "GlobalAveragePool"),
+    "bn_relu_read_by_global_pool": Case(_bn_relu_pool("GlobalAveragePool"),
+                                        ops("BatchNormalization", "Relu", "GlobalAveragePool"),
                                         ops("BatchNormalization", "Relu", "GlobalAveragePool")),
+    "bn_relu_read_by_max_pool": Case(_bn_relu_pool("MaxPool", kernel_shape=[2, 2]),
+                                     ops("BatchNormalization", "Relu", "MaxPool"),
+                                     ops("BatchNormalization", "Relu", "MaxPool")),
     "bn_relu_read_by_conv_and_graph_output": Case(_bn_relu_conv_and_output, ops("BatchNormalization", "Relu", "Conv"),
                                                   ops("BatchNormalization", "Relu", "Conv")),
     "bn_read_by_conv_and_relu": Case(_bn_read_by_conv_and_relu, ops("BatchNormalization", "Conv", "Relu"),
@@ -565,3 +571,16 @@ def test_average_pool_moves_before_a_pointwise_convolution(tmp_path, name):
     assert_same(outputs, reference, f"{name}: optimized against level 0")
     order = [n.op_type for n in onnx.load(str(path)).graph.node if n.op_type in ("AveragePool", "Conv")]
     assert order == (["AveragePool", "Conv"] if moves else ["Conv", "AveragePool"]), order
+
+
+@pytest.mark.parametrize("name", ["densenet_layer_blocked", "densenet_layer_taken_over"])
+def test_normalization_as_convolution_rounds_as_the_normalization(name):
+    """Where the CPU provider runs the rewritten normalization blocked (its 1x1 depthwise rows, alone or under the
+    convolution that takes them over), the results are those of the BatchNormalization kernel bit for bit: one ulp
+    more or less would move the integers of a DynamicQuantizeLinear downstream."""
+    model, feeds = materialize(CASES[name])
+    kept, ops1 = run_at(model, feeds, 1)
+    rewritten, ops3 = run_at(model, feeds, 3)
+    assert "BatchNormalization" in ops1 and "BatchNormalization" not in ops3
+    for a, b in zip(kept, rewritten):
+        np.testing.assert_array_equal(a, b)

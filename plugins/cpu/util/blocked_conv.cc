@@ -605,6 +605,23 @@ __attribute__((target("avx512f"))) void depthwise3_rows(const Geometry& q, const
     }
 }
 
+// A 1x1 depthwise convolution without padding: a per-channel scale and shift (a BatchNormalization as a
+// convolution, optimizer/batchnorm_to_conv.cc), then the clamp.  A product and a sum, not a fused multiply-add, so
+// that the results are the normalization's own to the bit (scale_shift_block below rounds the same way).
+__attribute__((target("avx512f"), optimize("fp-contract=off"))) void scale_shift_rows(
+    const Geometry& q, const float* x, const float* w, __m512 shift, const Clamp& clamp, float* y, int64_t oh0,
+    int64_t oh1) {
+    const __m512 scale = _mm512_loadu_ps(w);
+    for (int64_t oh = oh0; oh < oh1; ++oh) {
+        const float* in = x + q.row_slot(oh * q.SH - q.PT) * q.W * kChannelBlock;
+        float* out = y + (oh - q.out_row0) * q.OW * kChannelBlock;
+        for (int64_t ow = 0; ow < q.OW; ++ow) {
+            const __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(in + ow * kChannelBlock), scale), shift);
+            _mm512_storeu_ps(out + ow * kChannelBlock, clamped(v, clamp));
+        }
+    }
+}
+
 template <bool kMax>
 __attribute__((target("avx512f"))) void depthwise_rows(const Geometry& q, const float* x, const float* w,
                                                        const float* bias, const ConvEpilogue* epilogue,
@@ -622,17 +639,7 @@ __attribute__((target("avx512f"))) void depthwise_rows(const Geometry& q, const 
             return;
         }
         if (clamp && q.KH == 1 && q.KW == 1 && q.SW == 1 && !q.padded) {
-            // A per-channel scale and shift (a BatchNormalization as a convolution, optimizer/batchnorm_to_conv.cc):
-            // one multiply-add and the clamp per position.
-            const __m512 scale = _mm512_loadu_ps(w);
-            for (int64_t oh = oh0; oh < oh1; ++oh) {
-                const float* in = x + q.row_slot(oh * q.SH - q.PT) * q.W * kChannelBlock;
-                float* out = y + (oh - q.out_row0) * q.OW * kChannelBlock;
-                for (int64_t ow = 0; ow < q.OW; ++ow) {
-                    const __m512 v = _mm512_fmadd_ps(_mm512_loadu_ps(in + ow * kChannelBlock), scale, b);
-                    _mm512_storeu_ps(out + ow * kChannelBlock, clamped(v, *clamp));
-                }
-            }
+            scale_shift_rows(q, x, w, b, *clamp, y, oh0, oh1);
             return;
         }
     }
