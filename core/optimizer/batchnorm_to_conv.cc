@@ -92,8 +92,11 @@ private:
             std::string activation;
             std::vector<float> params;
             size_t next = 0;
+            // Relu and Clip only (the clamps the CPU provider's blocked 1x1 rows apply with the normalization's own
+            // rounding); other activations stay a node of their own, after the normalization.
             if (walk.single_reader(tail, next) &&
-                fusion::fusable_activation(graph, graph.nodes[next], activation, params)) {
+                fusion::fusable_activation(graph, graph.nodes[next], activation, params) &&
+                (activation == "Relu" || activation == "Clip")) {
                 candidate.nodes.push_back(next);
                 tail = graph.nodes[next].outputs[0];
             } else {

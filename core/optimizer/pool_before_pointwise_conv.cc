@@ -80,15 +80,18 @@ public:
             Node& pool = graph.nodes[p];
             // The pooled input, shaped as the pool's output with the input's channels.
             std::string pooled = pool.outputs[0] + "_pooled_input";
-            for (int suffix = 1; graph.types.count(pooled) || graph.initializers.count(pooled); ++suffix)
+            auto taken = [&](const std::string& name) {
+                return graph.types.count(name) || graph.initializers.count(name) || producers.count(name);
+            };
+            for (int suffix = 1; taken(pooled); ++suffix)
                 pooled = pool.outputs[0] + "_pooled_input_" + std::to_string(suffix);
             TypeInfo type = graph.types.at(conv.inputs[0]);
             auto y = graph.types.find(pool.outputs[0]);
             if (y != graph.types.end() && y->second.has_shape && y->second.dims.size() == 4) {
                 for (size_t d : {size_t(2), size_t(3)}) {
                     type.dims[d] = y->second.dims[d];
-                    if (d < type.dim_params.size() && d < y->second.dim_params.size())
-                        type.dim_params[d] = y->second.dim_params[d];
+                    if (d < type.dim_params.size())
+                        type.dim_params[d] = d < y->second.dim_params.size() ? y->second.dim_params[d] : "";
                 }
             } else {
                 type.has_shape = false;

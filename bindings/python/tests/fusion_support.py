@@ -492,7 +492,8 @@ CASES: dict[str, Case] = {
     "densenet_transition": Case(normalized_pool("AveragePool", conv_first=True),
                                 ops("BatchNormalization", "Relu", "Conv", "AveragePool"), ops(F, "AveragePool", "Conv")),
     "bn_sigmoid_pointwise_conv": Case(normalized_input("Sigmoid", kernel=(1, 1), seed=84),
-                                      ops("BatchNormalization", "Sigmoid", "Conv"), ops(F, "Conv")),
+                                      ops("BatchNormalization", "Sigmoid", "Conv"),
+                                      ops("BatchNormalization", "Sigmoid", "Conv")),  # Relu and Clip only
     # 64 channels of 64 x 64 (1 MB): the CPU provider's blocked 1x1 convolution runs the per-channel one over its
     # rows as it makes them (blocked_depthwise_pointwise2d); 32 channels of 16 x 16 run it on its own, blocked.
     "densenet_layer_taken_over": Case(normalized_input("Relu", channels=64, size=64, cout=32, kernel=(1, 1),

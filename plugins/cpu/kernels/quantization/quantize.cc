@@ -349,8 +349,11 @@ public:
         if (!features.per_axis) per_tensor_only_ = true;
         const int32_t quantized =
             info.has_input(2) ? info.input_type(2) : (output_dtype_ ? output_dtype_ : TESS_ELEMENT_UINT8);
+        // A float32 scale: without the precision attribute the scale's type sets the precision (opset 23), and the
+        // blocked path divides in float.
         blocked_capable_ = !precision_ && block_size_ == 0 && info.input_type(0) == TESS_ELEMENT_FLOAT32 &&
-                           blocked_input_declared(info) && per_tensor_8bit(info, quantized);
+                           info.input_type(1) == TESS_ELEMENT_FLOAT32 && blocked_input_declared(info) &&
+                           per_tensor_8bit(info, quantized);
     }
 
     bool reads_blocked(size_t input) const override { return input == 0 && blocked_capable_; }
