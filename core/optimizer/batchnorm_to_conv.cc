@@ -9,7 +9,6 @@
 // a convolution or an average pool: elsewhere the normalization stays as the model wrote it.  The fused node is kept
 // only where the provider that runs the normalization claims it (PassContext::placement).
 #include <cmath>
-#include <unordered_set>
 
 #include "optimizer/fusion_util.h"
 #include "optimizer/optimizer.h"
@@ -35,16 +34,8 @@ public:
         if (!context.placement) return false;
         std::vector<std::string> constants;
         const bool changed = fusion::apply_where_placed(graph, context, find(graph, constants));
-        // The scales and shifts of normalizations left as they were (their provider does not run the convolution)
-        // go again, so that a pass that changed nothing leaves nothing behind.
-        std::unordered_set<std::string> read;
-        for (const auto& node : graph.nodes)
-            for (const auto& in : node.inputs) read.insert(in);
-        for (const auto& name : constants) {
-            if (read.count(name)) continue;
-            graph.initializers.erase(name);
-            graph.types.erase(name);
-        }
+        // The scales and shifts of normalizations left as they were (their provider does not run the convolution).
+        fusion::erase_unread_constants(graph, constants);
         return changed;
     }
 

@@ -193,14 +193,7 @@ public:
         }
         const bool changed = fusion::apply_where_placed(graph, context, found);
         // Tables of groups left as they were (their provider does not run the lookup) go again.
-        std::unordered_set<std::string> read;
-        for (const auto& node : graph.nodes)
-            for (const auto& in : node.inputs) read.insert(in);
-        for (const auto& table : tables) {
-            if (read.count(table)) continue;
-            graph.initializers.erase(table);
-            graph.types.erase(table);
-        }
+        fusion::erase_unread_constants(graph, tables);
         return changed;
     }
 };

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <limits>
+#include <unordered_set>
 
 #include "common/log.h"
 #include "tessera/provider.h"
@@ -233,6 +234,17 @@ onnx::AttributeProto make_attribute(const std::string& name, const std::vector<f
     attr.set_type(onnx::AttributeProto::FLOATS);
     for (float v : values) attr.add_floats(v);
     return attr;
+}
+
+void erase_unread_constants(Graph& graph, const std::vector<std::string>& names) {
+    std::unordered_set<std::string> read;
+    for (const auto& node : graph.nodes)
+        for (const auto& in : node.inputs) read.insert(in);
+    for (const auto& name : names) {
+        if (read.count(name)) continue;
+        graph.initializers.erase(name);
+        graph.types.erase(name);
+    }
 }
 
 onnx::AttributeProto make_attribute(const std::string& name, const std::vector<int64_t>& values) {

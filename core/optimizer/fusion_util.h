@@ -79,6 +79,10 @@ struct Candidate {
 // topologically sorted.  Returns true when it changed the graph.
 bool apply_where_placed(Graph& graph, const PassContext& context, const std::vector<Candidate>& candidates);
 
+// Removes the constants among `names` that no node reads (those a fusion made for candidates placement refused), so
+// that a pass which changed nothing leaves nothing behind.
+void erase_unread_constants(Graph& graph, const std::vector<std::string>& names);
+
 // Removes the nodes marked in `removed` (indexed like graph.nodes), keeping the others in order.
 void erase_nodes(Graph& graph, const std::vector<bool>& removed);
 
