@@ -114,6 +114,7 @@ TEST(BlockedLayout, ConvolutionMatchesPlainConvolutionInEveryLayout) {
         {1, 64, 14, 14, 96, 1, 1, 0, 1},  // pointwise, in place
         {1, 16, 8, 8, 128, 3, 1, 2, 2},   // dilated
         {1, 48, 11, 11, 208, 1, 2, 0, 1}, // strided 1x1, a last panel of 16 filters
+        {2, 32, 10, 9, 64, 1, 2, 0, 1},   // ... two images of even and odd sides (its input gathered when blocked)
         {1, 3, 15, 15, 32, 7, 2, 3, 1},   // three input channels: NCHW input only
         {1, 32, 5, 5, 40, 3, 1, 1, 1},    // 40 filters: NCHW output only
         {1, 24, 10, 10, 144, 1, 1, 0, 1}, // 48-filter panels from an NCHW input of 24 channels

@@ -339,6 +339,29 @@ void blocked_conv2d(ThreadPool& pool, const WindowGeometry& g, const LanePackedF
                     const ConvEpilogue* epilogue, const float* z, float* y) {
     if (epilogue != nullptr && !epilogue->active()) epilogue = nullptr;
     const Geometry q = geometry_of(g, C);
+    // A strided 1x1 layer with blocked input (ResNet's downsampling shortcuts): the positions it reads, gathered
+    // once into a contiguous image, make it a 1x1 stride-1 layer, whose tiles read their positions one after
+    // another from one address instead of one address each.
+    if (q.KH == 1 && q.KW == 1 && (q.SH > 1 || q.SW > 1) && !q.padded && layout.x_blocked) {
+        const int64_t blocks = C / kChannelBlock, P = q.OH * q.OW;
+        float* gathered = thread_scratch_buffer<float, 41>(N * C * P);
+        pool.parallel_for(N * blocks, 1, [&](int64_t first, int64_t last) {
+            for (int64_t b = first; b < last; ++b) {
+                const float* in = x + b * q.H * q.W * kChannelBlock;
+                float* out = gathered + b * P * kChannelBlock;
+                for (int64_t oh = 0; oh < q.OH; ++oh)
+                    for (int64_t ow = 0; ow < q.OW; ++ow)
+                        std::memcpy(out + (oh * q.OW + ow) * kChannelBlock,
+                                    in + (oh * q.SH * q.W + ow * q.SW) * kChannelBlock,
+                                    kChannelBlock * sizeof(float));
+            }
+        });
+        WindowGeometry unit = g;
+        unit.input = g.output;
+        unit.strides = {1, 1};
+        blocked_conv2d(pool, unit, filters, layout, gathered, N, C, bias, epilogue, z, y);
+        return;
+    }
     const int64_t M = filters.rows(), P = q.OH * q.OW, depth = C * q.KH * q.KW;
     const int64_t e = layout.x_blocked ? kChannelBlock : 1;
     const int64_t width = filters.panel_width(), panels = filters.panels();
