@@ -1,9 +1,12 @@
 // The image provider: ONNX's ImageDecoder (opset 20) as a plugin of its own, so that the CPU provider needs no image
 // codec libraries and a deployment without images can leave this file out.  It is a general-purpose fallback (like
 // the CPU provider, it joins every non-strict session), works in host memory (no copies at its boundaries) and runs
-// each ImageDecoder node with the decoders of decoders.cc.
+// each ImageDecoder node with the decoders of decoders.cc, which live with the codec libraries in
+// image/libtessera_image_codecs.so next to this file, opened on the first decode (codecs_api.h).
 //
 // Every function the core calls is an ABI boundary: it catches everything and returns a status instead.
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -12,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "codecs_api.h"
 #include "decoders.h"
 #include "tessera/plugin_support.hpp"
 
@@ -110,6 +114,59 @@ TessStatus* compile(TessProviderInstance*, const TessGraphView* graph, TessCompi
 
 void release_compiled(TessCompiled* compiled) { delete compiled; }
 
+// ---- The decoders' library -------------------------------------------------------------------------------------
+
+// The directory this library was loaded from (the core loads plugins by canonical path).
+std::string own_directory() {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<const void*>(&own_directory), &info) == 0 || info.dli_fname == nullptr) return ".";
+    const std::string path = info.dli_fname;
+    const size_t slash = path.rfind('/');
+    return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+}
+
+struct Codecs {
+    TessImageDecodeFn decode = nullptr;
+    TessImageFreeFn free = nullptr;
+    std::string error;  // why they could not be loaded ("" when loaded)
+};
+
+// Opened once, on the first decode; never closed (a decode may run on any thread until the process ends).
+const Codecs& codecs() {
+    static const Codecs loaded = [] {
+        Codecs c;
+        const std::string path = own_directory() + "/image/" TESS_IMAGE_CODECS_FILE;
+        dlerror();
+        void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+        if (library == nullptr) {
+            const char* why = dlerror();
+            c.error = "cannot load the image decoders: " + std::string(why != nullptr ? why : path);
+            return c;
+        }
+        c.decode = reinterpret_cast<TessImageDecodeFn>(dlsym(library, "tess_image_codecs_decode_rgb"));
+        c.free = reinterpret_cast<TessImageFreeFn>(dlsym(library, "tess_image_codecs_free"));
+        if (c.decode == nullptr || c.free == nullptr) c.error = path + " lacks the decoder functions";
+        return c;
+    }();
+    return loaded;
+}
+
+// decode_rgb through the decoders' library.
+image::RgbImage decode_rgb(const uint8_t* bytes, size_t size) {
+    const Codecs& c = codecs();
+    if (!c.error.empty()) fail(TESS_STATUS_UNAVAILABLE, "image: " + c.error);
+    image::RgbImage rgb;
+    uint8_t* pixels = c.decode(bytes, size, &rgb.width, &rgb.height);
+    if (rgb.width < 0) throw std::bad_alloc();
+    if (pixels != nullptr) {
+        rgb.pixels.assign(pixels, pixels + rgb.width * rgb.height * 3);
+        c.free(pixels);
+    } else {
+        rgb.width = rgb.height = 0;
+    }
+    return rgb;
+}
+
 // Decodes one stream into a tensor of this provider's (host) memory; the caller owns the result.
 TessValue* decode(const TessValue* encoded, image::PixelFormat format, TessComputeContext* context, size_t output) {
     if (g_host->value_kind(encoded) != TESS_VALUE_TENSOR || g_host->value_element_type(encoded) != TESS_ELEMENT_UINT8 ||
@@ -119,7 +176,7 @@ TessValue* decode(const TessValue* encoded, image::PixelFormat format, TessCompu
                                                support::shape_string(dims, g_host->tensor_rank(encoded)));
     }
     const auto* bytes = static_cast<const uint8_t*>(g_host->tensor_const_data(encoded));
-    const image::RgbImage rgb = image::decode_rgb({bytes, g_host->tensor_element_count(encoded)});
+    const image::RgbImage rgb = decode_rgb(bytes, static_cast<size_t>(g_host->tensor_element_count(encoded)));
     const int64_t dims[3] = {rgb.height, rgb.width, image::channels_of(format)};
     TessValue* out = nullptr;
     support::throw_if_error(g_host, g_host->compute_allocate_output(context, output, TESS_ELEMENT_UINT8, dims, 3, &out));
