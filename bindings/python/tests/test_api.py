@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -195,3 +196,38 @@ def test_the_version_is_written_once():
     pattern = re.search(r"^regex = '(.*)'$", pyproject, re.M).group(1)
     assert re.search(pattern, (root / "CMakeLists.txt").read_text()).group("value") == cmake
     assert tessera.__version__ == tessera.library_version() == cmake
+
+
+def _image_decoder_model():
+    graph = helper.make_graph([helper.make_node("ImageDecoder", ["stream"], ["image"], pixel_format="RGB")], "decode",
+                              [helper.make_tensor_value_info("stream", TensorProto.UINT8, [None])],
+                              [helper.make_tensor_value_info("image", TensorProto.UINT8, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    return model
+
+
+def _ppm(width, height):
+    """A binary PPM (decoded by the image provider's own parser) and its pixels."""
+    pixels = np.random.default_rng(3).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    return np.frombuffer(f"P6\n{width} {height}\n255\n".encode() + pixels.tobytes(), np.uint8), pixels
+
+
+def test_image_provider_opens_its_decoders_on_the_first_decode(tmp_path):
+    """The image plugin runs ImageDecoder through image/libtessera_image_codecs.so, opened on its first decode; a
+    plugin copied without that folder loads, and a decode then fails naming what is missing."""
+    plugin_dir = os.path.join(os.path.dirname(tessera.library_path), "tessera", "plugins")
+    plugin = os.path.join(plugin_dir, "libtessera_image.so")
+    if not os.path.exists(plugin):
+        pytest.skip("built without the image provider (-DTESSERA_IMAGE_PROVIDER=OFF)")
+    stream, pixels = _ppm(5, 3)
+    session = tessera.InferenceSession(_image_decoder_model())
+    (image,) = session.run(None, {"stream": stream})
+    np.testing.assert_array_equal(image, pixels)
+
+    shutil.copy(plugin, tmp_path / "libtessera_image.so")  # no image/ folder beside it
+    env = tessera.Environment(plugin_path=[str(tmp_path)], no_default_plugin_dirs=True)
+    assert "image" in env.providers()
+    lonely = tessera.InferenceSession(_image_decoder_model(), environment=env)
+    with pytest.raises(tessera.TesseraError, match="image decoders"):
+        lonely.run(None, {"stream": stream})
