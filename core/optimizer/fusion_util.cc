@@ -204,38 +204,6 @@ void erase_nodes(Graph& graph, const std::vector<bool>& removed) {
     graph.nodes = std::move(kept);
 }
 
-onnx::AttributeProto make_attribute(const std::string& name, const std::string& value) {
-    onnx::AttributeProto attr;
-    attr.set_name(name);
-    attr.set_type(onnx::AttributeProto::STRING);
-    attr.set_s(value);
-    return attr;
-}
-
-onnx::AttributeProto make_attribute(const std::string& name, int64_t value) {
-    onnx::AttributeProto attr;
-    attr.set_name(name);
-    attr.set_type(onnx::AttributeProto::INT);
-    attr.set_i(value);
-    return attr;
-}
-
-onnx::AttributeProto make_attribute(const std::string& name, float value) {
-    onnx::AttributeProto attr;
-    attr.set_name(name);
-    attr.set_type(onnx::AttributeProto::FLOAT);
-    attr.set_f(value);
-    return attr;
-}
-
-onnx::AttributeProto make_attribute(const std::string& name, const std::vector<float>& values) {
-    onnx::AttributeProto attr;
-    attr.set_name(name);
-    attr.set_type(onnx::AttributeProto::FLOATS);
-    for (float v : values) attr.add_floats(v);
-    return attr;
-}
-
 void erase_unread_constants(Graph& graph, const std::vector<std::string>& names) {
     std::unordered_set<std::string> read;
     for (const auto& node : graph.nodes)
@@ -247,10 +215,43 @@ void erase_unread_constants(Graph& graph, const std::vector<std::string>& names)
     }
 }
 
-onnx::AttributeProto make_attribute(const std::string& name, const std::vector<int64_t>& values) {
+namespace {
+
+onnx::AttributeProto named_attribute(const std::string& name, onnx::AttributeProto::AttributeType type) {
     onnx::AttributeProto attr;
     attr.set_name(name);
-    attr.set_type(onnx::AttributeProto::INTS);
+    attr.set_type(type);
+    return attr;
+}
+
+}  // namespace
+
+onnx::AttributeProto make_attribute(const std::string& name, const std::string& value) {
+    onnx::AttributeProto attr = named_attribute(name, onnx::AttributeProto::STRING);
+    attr.set_s(value);
+    return attr;
+}
+
+onnx::AttributeProto make_attribute(const std::string& name, int64_t value) {
+    onnx::AttributeProto attr = named_attribute(name, onnx::AttributeProto::INT);
+    attr.set_i(value);
+    return attr;
+}
+
+onnx::AttributeProto make_attribute(const std::string& name, float value) {
+    onnx::AttributeProto attr = named_attribute(name, onnx::AttributeProto::FLOAT);
+    attr.set_f(value);
+    return attr;
+}
+
+onnx::AttributeProto make_attribute(const std::string& name, const std::vector<float>& values) {
+    onnx::AttributeProto attr = named_attribute(name, onnx::AttributeProto::FLOATS);
+    for (float v : values) attr.add_floats(v);
+    return attr;
+}
+
+onnx::AttributeProto make_attribute(const std::string& name, const std::vector<int64_t>& values) {
+    onnx::AttributeProto attr = named_attribute(name, onnx::AttributeProto::INTS);
     for (int64_t v : values) attr.add_ints(v);
     return attr;
 }

@@ -25,15 +25,6 @@ std::string dlerror_text() {
     return e != nullptr ? e : "unknown dynamic loader error";
 }
 
-// The directory this library was loaded from (the core loads plugins by canonical path).
-std::string own_directory() {
-    Dl_info info{};
-    if (dladdr(reinterpret_cast<const void*>(&own_directory), &info) == 0 || info.dli_fname == nullptr) return ".";
-    std::string path = info.dli_fname;
-    size_t slash = path.rfind('/');
-    return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
-}
-
 bool complete(const TessCudaImpl& t) {
     return t.version == TESS_CUDA_IMPL_VERSION && t.struct_size >= sizeof(TessCudaImpl) &&
            t.create_instance && t.release_instance && t.get_capability && t.compile && t.release_compiled &&
@@ -51,7 +42,8 @@ void load_implementation() {
         }
         // The implementation and, through its run path, libcublas/libcublasLt/libcudnn.  Never unloaded: CUDA
         // libraries do not support being unloaded while a process keeps running.
-        const std::string path = own_directory() + "/cuda/" TESS_CUDA_IMPL_FILE;
+        const void* self = reinterpret_cast<const void*>(&load_implementation);
+        const std::string path = tessera::support::library_directory(self) + "/cuda/" TESS_CUDA_IMPL_FILE;
         void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
         if (library == nullptr) {
             g_reason = "cannot load the CUDA implementation: " + dlerror_text();

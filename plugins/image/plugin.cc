@@ -116,15 +116,6 @@ void release_compiled(TessCompiled* compiled) { delete compiled; }
 
 // ---- The decoders' library -------------------------------------------------------------------------------------
 
-// The directory this library was loaded from (the core loads plugins by canonical path).
-std::string own_directory() {
-    Dl_info info{};
-    if (dladdr(reinterpret_cast<const void*>(&own_directory), &info) == 0 || info.dli_fname == nullptr) return ".";
-    const std::string path = info.dli_fname;
-    const size_t slash = path.rfind('/');
-    return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
-}
-
 struct Codecs {
     TessImageDecodeFn decode = nullptr;
     TessImageFreeFn free = nullptr;
@@ -135,7 +126,8 @@ struct Codecs {
 const Codecs& codecs() {
     static const Codecs loaded = [] {
         Codecs c;
-        const std::string path = own_directory() + "/image/" TESS_IMAGE_CODECS_FILE;
+        const std::string path = support::library_directory(reinterpret_cast<const void*>(&codecs)) +
+                                 "/image/" TESS_IMAGE_CODECS_FILE;
         dlerror();
         void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
         if (library == nullptr) {

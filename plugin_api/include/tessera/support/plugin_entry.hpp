@@ -21,6 +21,10 @@
 #include <mutex>
 #include <string>
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <dlfcn.h>
+#endif
+
 #include "tessera/custom_op.h"
 #include "tessera/support/status.hpp"
 
@@ -109,6 +113,19 @@ TessStatus* enter_plugin(const TessHostApi* host, TessPluginExports* exports, co
     }
     return nullptr;
 }
+
+#if defined(__unix__) || defined(__APPLE__)
+/* The directory of the shared library holding `address` (a function of the plugin itself): where a plugin finds
+ * libraries it opens later from a folder of its own (the CUDA provider's implementation, the image provider's
+ * codecs).  "." when the loader cannot tell. */
+inline std::string library_directory(const void* address) {
+    Dl_info info{};
+    if (dladdr(address, &info) == 0 || info.dli_fname == nullptr) return ".";
+    const std::string path = info.dli_fname;
+    const size_t slash = path.rfind('/');
+    return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+}
+#endif
 
 }  // namespace tessera::support
 
