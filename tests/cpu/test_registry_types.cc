@@ -17,7 +17,6 @@
 #include "kernels/all_kernels.h"
 #include "util/element_convert.h"
 #include "util/float16_compute.h"
-#include "util/gemm.h"
 #include "util/type_list.h"
 
 namespace tessera::cpu {
