@@ -11,6 +11,7 @@
 // provider's kernels) on every 8-bit value, so that the lookup gives exactly what the three passes gave.
 #include <fmt/format.h>
 
+#include <unordered_map>
 #include <unordered_set>
 
 #include "common/log.h"
@@ -191,10 +192,59 @@ public:
             for (size_t k : group) walk.taken[k] = true;
             found.push_back(std::move(c));
         }
-        const bool changed = fusion::apply_where_placed(graph, context, found);
+        bool changed = fusion::apply_where_placed(graph, context, found);
         // Tables of groups left as they were (their provider does not run the lookup) go again.
         fusion::erase_unread_constants(graph, tables);
+        changed = fold_into_producers(graph, context) || changed;
         return changed;
+    }
+
+private:
+    // A lookup whose input a QLinearConv or a per-tensor 8-bit QuantizeLinear makes for it alone joins that node
+    // (the fused domain's QLinearConv with the table as input 9, QuantizeLinear with it as input 3): the provider
+    // maps each byte it has just made while it is in cache instead of reading the whole tensor again.
+    static bool fold_into_producers(Graph& graph, const PassContext& context) {
+        const auto readers = fusion::consumers(graph);
+        std::unordered_map<std::string, size_t> producers;
+        for (size_t n = 0; n < graph.nodes.size(); ++n)
+            for (const auto& out : graph.nodes[n].outputs) producers[out] = n;
+        std::vector<fusion::Candidate> found;
+        std::vector<bool> taken(graph.nodes.size(), false);
+        for (size_t n = 0; n < graph.nodes.size(); ++n) {
+            const Node& lookup = graph.nodes[n];
+            if (lookup.domain != TESS_FUSED_OPS_DOMAIN || lookup.op_type != "QuantizedLookup" ||
+                lookup.inputs.size() != 2 || lookup.outputs.size() != 1)
+                continue;
+            const auto at = producers.find(lookup.inputs[0]);
+            if (at == producers.end() || taken[at->second]) continue;
+            const size_t p = at->second;
+            const Node& producer = graph.nodes[p];
+            if (!producer.domain.empty() || producer.outputs.size() != 1 ||
+                !fusion::only_feeds(graph, readers, lookup.inputs[0], n))
+                continue;
+            size_t arity = 0;
+            if (producer.op_type == "QLinearConv") {
+                arity = 9;
+            } else if (producer.op_type == "QuantizeLinear" && per_tensor_8bit(graph, producer, "QuantizeLinear") &&
+                       element_type(graph, producer.inputs[0]) == TESS_ELEMENT_FLOAT32 &&
+                       element_type(graph, producer.inputs[1]) == TESS_ELEMENT_FLOAT32) {
+                arity = 3;
+            } else {
+                continue;
+            }
+            if (producer.inputs.size() > arity) continue;
+            fusion::Candidate c;
+            c.nodes = {p, n};
+            c.fused = producer;
+            c.fused.domain = TESS_FUSED_OPS_DOMAIN;
+            c.fused.name = (producer.name.empty() ? producer.outputs[0] : producer.name) + "_lookup";
+            c.fused.inputs.resize(arity);  // absent optional inputs as empty names
+            c.fused.inputs.push_back(lookup.inputs[1]);
+            c.fused.outputs = {lookup.outputs[0]};
+            taken[p] = taken[n] = true;
+            found.push_back(std::move(c));
+        }
+        return fusion::apply_where_placed(graph, context, found);
     }
 };
 

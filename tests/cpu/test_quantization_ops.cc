@@ -268,8 +268,11 @@ TEST(QuantizedOps, ConvIntegerExact) {
     }
 }
 
-template <typename TX, typename TW>
-void check_qlinear_conv(const ConvCase& c, bool per_channel, bool bias, bool constant_w, uint32_t seed) {
+// With tables (TT: the table's type), the fused-domain QLinearConv the optimizer makes of a QLinearConv and the
+// QuantizedLookup after it: every requantized byte then maps through table[m] (per_channel_table) or table[0].
+template <typename TX, typename TW, typename TT = TX>
+void check_qlinear_conv(const ConvCase& c, bool per_channel, bool bias, bool constant_w, uint32_t seed,
+                        bool with_table = false, bool per_channel_table = false) {
     const int64_t M = c.out_channels;
     const Shape w_shape = concat({M, c.x[1] / c.group}, c.kernel);
     std::mt19937 rng(seed);
@@ -286,7 +289,9 @@ void check_qlinear_conv(const ConvCase& c, bool per_channel, bool bias, bool con
     const float ys = xs * ws[0] * float(std::sqrt(depth)) * std::uniform_real_distribution<float>(60, 400)(rng);
     const auto b = random_values<int32_t>(M, seed + 6, -20000, 20000);
 
-    NodeBuilder node("QLinearConv", 10);
+    const int64_t table_rows = per_channel_table ? M : 1;
+    const auto table = random_bytes<TT>(table_rows * 256, seed + 7);
+    NodeBuilder node("QLinearConv", with_table ? 1 : 10, with_table ? TESS_FUSED_OPS_DOMAIN : "");
     const int32_t tx = element_type_of<TX>(), tw = element_type_of<TW>();
     const ValueHandle w_value = tensor<TW>(w_shape, w);
     node.input(tx).input(TESS_ELEMENT_FLOAT32).input(tx);
@@ -294,7 +299,9 @@ void check_qlinear_conv(const ConvCase& c, bool per_channel, bool bias, bool con
     else node.input(tw);
     node.input(TESS_ELEMENT_FLOAT32).input(tw).input(TESS_ELEMENT_FLOAT32).input(tx);
     if (bias) node.input(TESS_ELEMENT_INT32);
-    node.output(tx);
+    else if (with_table) node.omitted_input();
+    if (with_table) node.constant_input(tensor<TT>({table_rows, 256}, table));
+    node.output(with_table ? element_type_of<TT>() : tx);
     add_window_attributes(node, c);
     std::vector<ValueHandle> inputs{tensor<TX>(c.x, x),
                                     testing::scalar<float>(xs),
@@ -305,10 +312,24 @@ void check_qlinear_conv(const ConvCase& c, bool per_channel, bool bias, bool con
                                     testing::scalar<float>(ys),
                                     testing::scalar<TX>(zy)};
     if (bias) inputs.push_back(tensor<int32_t>({M}, b));
+    else if (with_table) inputs.push_back(nullptr);
+    if (with_table) inputs.push_back(nullptr);
     const auto out = run_node(quant_registry(), node, inputs);
     const RefGeometry g = conv_geometry(c);
     ASSERT_EQ(dims_of(out[0]), concat({c.x[0], M}, g.out));
     const auto sums = reference_integer_conv(c, g, x, zx, w, std::vector<int64_t>(zw.begin(), zw.end()));
+    if (with_table) {
+        const auto got = values_of<TT>(*out[0]);
+        const int64_t positions = shape_size(g.out);
+        for (size_t i = 0; i < got.size(); ++i) {
+            const int64_t m = int64_t(i) / positions % M;
+            const int64_t sum = sums[i] + (bias ? b[m] : 0);
+            const auto byte = static_cast<uint8_t>(static_cast<TX>(kernel_requantize<TX>(sum, (xs * ws[per_channel ? m : 0]) / ys, zy)));
+            ASSERT_EQ(got[i], table[(per_channel_table ? m : 0) * 256 + byte])
+                << "QLinearConv + table x=" << shape_string(c.x) << " M=" << M << " group=" << c.group << " element " << i;
+        }
+        return;
+    }
     const auto got = values_of<TX>(*out[0]);
     const int64_t positions = shape_size(g.out);
     for (size_t i = 0; i < got.size(); ++i) {
@@ -332,6 +353,16 @@ TEST(QuantizedOps, QLinearConvMatchesRequantizedReference) {
         check_qlinear_conv<uint8_t, uint8_t>(c, true, false, true, seed += 7);
         check_qlinear_conv<int8_t, int8_t>(c, true, true, false, seed += 7);
         check_qlinear_conv<int8_t, int8_t>(c, false, false, true, seed += 7);
+    }
+}
+
+TEST(QuantizedOps, QLinearConvWithLookupTableMatchesReference) {
+    uint32_t seed = 1500;
+    for (const ConvCase& c : integer_conv_cases()) {
+        check_qlinear_conv<uint8_t, int8_t, uint8_t>(c, true, true, true, seed += 7, true, true);
+        check_qlinear_conv<int8_t, int8_t, int8_t>(c, false, false, true, seed += 7, true, true);
+        check_qlinear_conv<int8_t, int8_t, uint8_t>(c, true, true, false, seed += 7, true, false);
+        check_qlinear_conv<uint8_t, uint8_t, int8_t>(c, false, true, true, seed += 7, true, false);
     }
 }
 
@@ -363,6 +394,39 @@ TEST(QuantizedOps, LookupMatchesPlainTable) {
         check_lookup<int8_t, int8_t>(shape, false, seed += 3);
         check_lookup<uint8_t, int8_t>(shape, true, seed += 3);
         check_lookup<int8_t, uint8_t>(shape, true, seed += 3);
+    }
+}
+
+// The fused-domain QuantizeLinear the optimizer makes of a per-tensor 8-bit QuantizeLinear and the QuantizedLookup
+// after it: y = table[c or 0][saturate(round(x / scale) + zero_point)].
+template <typename TQ, typename TT> void check_quantize_with_table(const Shape& shape, bool per_channel_table,
+                                                                   uint32_t seed) {
+    const int64_t channels = shape[1], rows = per_channel_table ? channels : 1;
+    const auto x = random_values<float>(shape_size(shape), seed, -8.0f, 8.0f);
+    const auto table = random_bytes<TT>(rows * 256, seed + 1);
+    const float scale = 0.037f;
+    const TQ zero = std::is_signed_v<TQ> ? TQ(-5) : TQ(131);
+    NodeBuilder node("QuantizeLinear", 1, TESS_FUSED_OPS_DOMAIN);
+    node.input(TESS_ELEMENT_FLOAT32).input(TESS_ELEMENT_FLOAT32).input(element_type_of<TQ>());
+    node.constant_input(tensor<TT>({rows, 256}, table)).output(element_type_of<TT>());
+    const auto out = run_node(quant_registry(), node,
+                              {tensor<float>(shape, x), testing::scalar<float>(scale), testing::scalar<TQ>(zero), nullptr});
+    ASSERT_EQ(dims_of(out[0]), shape);
+    const auto got = values_of<TT>(*out[0]);
+    const int64_t plane = shape_size(shape) / (shape[0] * channels);
+    for (size_t i = 0; i < got.size(); ++i) {
+        const auto q = static_cast<TQ>(saturate_round<TQ>(std::nearbyint(double(x[i] / scale)) + double(zero)));
+        const int64_t row = per_channel_table ? int64_t(i) / plane % channels : 0;
+        ASSERT_EQ(got[i], table[row * 256 + static_cast<uint8_t>(q)]) << shape_string(shape) << " element " << i;
+    }
+}
+
+TEST(QuantizedOps, QuantizeLinearWithLookupTableMatchesReference) {
+    uint32_t seed = 1900;
+    for (const Shape& shape : {Shape{2, 3, 5, 7}, Shape{1, 16, 9, 9}, Shape{3, 70}}) {
+        check_quantize_with_table<uint8_t, uint8_t>(shape, true, seed += 3);
+        check_quantize_with_table<int8_t, int8_t>(shape, true, seed += 3);
+        check_quantize_with_table<int8_t, uint8_t>(shape, false, seed += 3);
     }
 }
 

@@ -273,10 +273,66 @@ def test_quantized_float_group_becomes_a_table_lookup(name):
     np.testing.assert_allclose(expected, theirs, rtol=0, atol=0.03 + 1e-6)
     session = tessera.InferenceSession(model, optimization_level=3)
     ops = session_ops(session)
-    assert ("ai.tessera:QuantizedLookup" in ops) == fused, ops
+    # The lookup joins the QuantizeLinear that makes its input (the model's first), as its table input.
+    assert ("ai.tessera:QuantizeLinear" in ops) == fused, ops
+    assert "ai.tessera:QuantizedLookup" not in ops, ops
     if fused:
-        assert "QuantizeLinear" in ops and ops.count("DequantizeLinear") == 1, ops  # the model's ends only
+        assert ops.count("DequantizeLinear") == 1 and len(ops) == 2, ops  # the model's ends only
     np.testing.assert_array_equal(session.run(None, feeds)[0], expected)
+
+
+def _lookup_after(producer, table_per_channel, keep_producer_output=False, shape=(2, 32, 10, 12)):
+    """x -> Q -> DQ -> producer -> Q -> DQ -> BatchNormalization -> Relu (or Relu alone: one table for every
+    channel) -> Q -> DQ: the lookup the BN group becomes has a QLinearConv (a 1x1 or 3x3 convolution quantize_static
+    quantizes) or, after a float depthwise convolution, a QuantizeLinear reading the blocked layout as its producer.
+    keep_producer_output: the producer's quantized output is a graph output too, so the lookup cannot join it."""
+    b = QdqBuilder()
+    channels = shape[1]
+    x = b.qdq("x", 0.05, np.int8(3))
+    if producer == "depthwise":
+        w = b.const((RNG.standard_normal((channels, 1, 3, 3)) * 0.5).astype(np.float32))
+        y = b.node("Conv", [x, w], group=channels, pads=[1, 1, 1, 1])
+    else:
+        k = 1 if producer == "pointwise" else 3
+        w = b.weight((channels, channels, k, k), axis=0)
+        y = b.node("Conv", [x, w, b.bias(channels, 0.05)], pads=[k // 2] * 4)
+    quantized = b.q(y, 0.08, np.int8(-2))
+    y = b.dq(quantized, np.float32(0.08), np.int8(-2))
+    y = b.node("Relu", [batch_norm(b, y, channels) if table_per_channel else y])
+    out = b.dq(b.q(y, 0.04, np.int8(-128)), np.float32(0.04), np.int8(-128))
+    model = b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))], out)
+    if keep_producer_output:
+        model.graph.output.append(helper.make_tensor_value_info(quantized, TensorProto.INT8, None))
+    return model
+
+
+@pytest.mark.parametrize("producer,fused_op", [("pointwise", "ai.tessera:QLinearConv"),
+                                               ("3x3", "ai.tessera:QLinearConv"),
+                                               ("depthwise", "ai.tessera:QuantizeLinear")])
+@pytest.mark.parametrize("table_per_channel", [True, False], ids=["per-channel", "shared"])
+@pytest.mark.parametrize("blocked", ["1", "0"], ids=["blocked", "nchw"])
+def test_lookup_joins_the_operator_making_its_input(monkeypatch, producer, fused_op, table_per_channel, blocked):
+    """The lookup's table goes into the QLinearConv or QuantizeLinear that makes its input, applied to each tile or
+    chunk while it is in cache: the results are bit for bit those of the same model with the lookup kept apart (the
+    producer's output also a graph output), and onnxruntime's within one output step: its optimized run for the
+    convolutions (which it runs as QLinearConv too), its unoptimized one for the float depthwise convolution (its
+    optimized run makes that a QLinearConv and differs from its unoptimized one by up to five steps here)."""
+    monkeypatch.setenv("TESSERA_CPU_BLOCKED_LAYOUT", blocked)
+    state = RNG.bit_generator.state
+    model = _lookup_after(producer, table_per_channel)
+    RNG.bit_generator.state = state  # the same weights again
+    apart = _lookup_after(producer, table_per_channel, keep_producer_output=True)
+    feeds = {"x": (2 * RNG.standard_normal((2, 32, 10, 12))).astype(np.float32)}
+    session = tessera.InferenceSession(model, optimization_level=3)
+    ops = session_ops(session)
+    assert fused_op in ops and "ai.tessera:QuantizedLookup" not in ops, ops
+    reference = tessera.InferenceSession(apart, optimization_level=3)
+    assert "ai.tessera:QuantizedLookup" in session_ops(reference)
+    ours = session.run(None, feeds)[0]
+    np.testing.assert_array_equal(ours, reference.run(None, feeds)[0])
+    level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL if producer == "depthwise" else \
+        ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    np.testing.assert_allclose(ours, onnxruntime_run(model, feeds, level)[0], rtol=0, atol=0.04 + 1e-6)
 
 
 def test_fused_weights_are_never_dequantized_to_float():

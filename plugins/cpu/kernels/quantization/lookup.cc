@@ -10,39 +10,13 @@
 
 #include "kernels/all_kernels.h"
 #include "runtime/host.h"
-#include "util/cpu_isa.h"
-
-#if TESSERA_CPU_X86
-#include <immintrin.h>
-#endif
+#include "kernels/quantization/requantize.h"
 
 namespace tessera::cpu {
 
 namespace {
 
 constexpr int64_t kEntries = 256;
-
-// y[i] = table[x[i]] for i < n.
-void lookup_plain(const uint8_t* table, const uint8_t* x, uint8_t* y, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) y[i] = table[x[i]];
-}
-
-#if TESSERA_CPU_X86
-// The same, 64 bytes at a time: the table's two 128-byte halves are two-register byte permutes (vpermi2b, which
-// reads the index's low 7 bits), and the index's top bit picks between their results.
-[[gnu::target("avx512f,avx512bw,avx512vbmi")]] void lookup_vbmi(const uint8_t* table, const uint8_t* x, uint8_t* y,
-                                                                 int64_t n) {
-    const __m512i t0 = _mm512_loadu_si512(table), t1 = _mm512_loadu_si512(table + 64);
-    const __m512i t2 = _mm512_loadu_si512(table + 128), t3 = _mm512_loadu_si512(table + 192);
-    for (int64_t i = 0; i < n; i += 64) {
-        const __mmask64 mask = n - i >= 64 ? ~__mmask64{0} : (__mmask64{1} << (n - i)) - 1;
-        const __m512i index = _mm512_maskz_loadu_epi8(mask, x + i);
-        const __m512i low = _mm512_permutex2var_epi8(t0, index, t1);
-        const __m512i high = _mm512_permutex2var_epi8(t2, index, t3);
-        _mm512_mask_storeu_epi8(y + i, mask, _mm512_mask_blend_epi8(_mm512_movepi8_mask(index), low, high));
-    }
-}
-#endif
 
 class QuantizedLookupKernel final : public Kernel {
 public:
@@ -78,17 +52,8 @@ public:
         const int64_t plane = total / planes;
         const auto* x = static_cast<const uint8_t*>(X.data);
         auto* y = static_cast<uint8_t*>(Y.data);
-        [[maybe_unused]] const bool vbmi = cpu_features().avx512_vbmi;
-        // Runs shorter than 16 bytes ([N, C] tensors: one byte per channel) are not worth loading the table into
-        // four registers.
         auto lookup = [&](const uint8_t* table, int64_t first, int64_t count) {
-#if TESSERA_CPU_X86
-            if (vbmi && count >= 16) {
-                lookup_vbmi(table, x + first, y + first, count);
-                return;
-            }
-#endif
-            lookup_plain(table, x + first, y + first, count);
+            quant::lookup_bytes(table, x + first, y + first, count);
         };
         // Work in pieces of at least 16 KiB: a plane of 7 x 7 bytes is not worth a task of its own.
         constexpr int64_t kPiece = 16384;

@@ -16,6 +16,7 @@
 #include "runtime/host.h"
 #include "kernels/all_kernels.h"
 #include "kernels/quantization/quantize_support.h"
+#include "kernels/quantization/requantize.h"
 #include "util/axes.h"
 #include "util/blocked_conv.h"
 #include "util/element_convert.h"
@@ -334,7 +335,10 @@ void check_blocked(const std::string& op, const Shape& shape, bool per_tensor) {
 
 class QuantizeLinearKernel final : public Kernel, public BlockedLayoutKernel {
 public:
-    QuantizeLinearKernel(const NodeInfo& info, QuantizeFeatures features)
+    // with_table: the fused QuantizeLinear (TESS_FUSED_OPS_DOMAIN) the optimizer makes of a per-tensor 8-bit
+    // QuantizeLinear and the QuantizedLookup reading it: input 3 is the lookup's constant table ([C, 256] per
+    // channel on axis 1, or [1, 256]), applied to each chunk of quantized bytes while it is in cache.
+    QuantizeLinearKernel(const NodeInfo& info, QuantizeFeatures features, bool with_table = false)
         : axis_(features.per_axis ? info.attr_int("axis", 1) : 1),
           saturate_(features.saturate ? info.attr_int("saturate", 1) != 0 : true),
           block_size_(features.blocked ? info.attr_int("block_size", 0) : 0),
@@ -354,6 +358,7 @@ public:
         blocked_capable_ = !precision_ && block_size_ == 0 && info.input_type(0) == TESS_ELEMENT_FLOAT32 &&
                            info.input_type(1) == TESS_ELEMENT_FLOAT32 && blocked_input_declared(info) &&
                            per_tensor_8bit(info, quantized);
+        if (with_table) load_table(info);
     }
 
     bool reads_blocked(size_t input) const override { return input == 0 && blocked_capable_; }
@@ -391,7 +396,17 @@ public:
         params.zero_points = zero_point ? load_all(*zero_point) : std::vector<double>(params.scales.size(), 0.0);
         params.saturate = saturate_;
 
-        Tensor& y = ctx.output(0, params.output_type, x.shape);
+        const int64_t channels = x.rank() >= 2 ? x.shape[1] : 1;
+        if (!table_.empty()) {
+            if (!is_8bit(params.output_type) || (table_rows_ != 1 && (x.rank() < 2 || channels != table_rows_)))
+                throw KernelError(op + ": the lookup table [" + std::to_string(table_rows_) +
+                                  ", 256] does not fit an output " + element_type_name(params.output_type) + " " +
+                                  shape_string(x.shape));
+        }
+        Tensor& output = ctx.output(0, table_.empty() ? params.output_type : table_type_, x.shape);
+        // The quantized bytes are written as the zero point's type (the table, if any, maps them to its own).
+        Tensor y = output;
+        y.type = params.output_type;
         if (x_blocked_) {
             check_blocked(op, x.shape,
                           params.layout.per_tensor && x.type == TESS_ELEMENT_FLOAT32 &&
@@ -403,11 +418,27 @@ public:
                                                                 int64_t positions) {
                     quantize_from_blocked(x.ptr<float>() + at + p0 * kChannelBlock, count, scale_value, zero,
                                           positions, y.ptr<Out>() + at + p0);
+                    if (table_.empty()) return;
+                    const int64_t first_channel = (at / positions) % channels;
+                    for (int64_t c = 0; c < kChannelBlock; ++c) {
+                        uint8_t* bytes = static_cast<uint8_t*>(y.data) + at + c * positions + p0;
+                        lookup_bytes(table(first_channel + c), bytes, bytes, count);
+                    }
                 });
             });
             return;
         }
         quantize(ctx.pool(), x, params, y);
+        if (table_.empty() || y.size() == 0) return;
+        // The NCHW path: one more pass, plane by plane (a table of one row: the whole tensor at once).
+        const int64_t planes = table_rows_ == 1 ? 1 : x.shape[0] * channels;
+        const int64_t plane = y.size() / planes;
+        auto* bytes = static_cast<uint8_t*>(y.data);
+        ctx.pool().parallel_for(planes, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, plane)),
+                                [&](int64_t first, int64_t last) {
+                                    for (int64_t p = first; p < last; ++p)
+                                        lookup_bytes(table(p % channels), bytes + p * plane, bytes + p * plane, plane);
+                                });
     }
 
 private:
@@ -419,6 +450,26 @@ private:
     bool per_tensor_only_ = false;
     bool blocked_capable_ = false;  // may read a blocked x (reads_blocked)
     bool x_blocked_ = false;
+    std::vector<uint8_t> table_;  // the fused lookup's [table_rows_][256] bytes (empty: none)
+    int64_t table_rows_ = 1;
+    int32_t table_type_ = TESS_ELEMENT_UINT8;
+
+    const uint8_t* table(int64_t channel) const { return table_.data() + (table_rows_ == 1 ? 0 : channel * 256); }
+
+    void load_table(const NodeInfo& info) {
+        const std::optional<Tensor> table = info.constant_tensor(3);
+        if (!table) throw KernelError("QuantizeLinear: the lookup table (input 3) must be a constant");
+        if (!is_8bit(table->type)) throw_unsupported_type("QuantizeLinear lookup table", table->type);
+        if (table->rank() != 2 || table->shape[1] != 256 || table->shape[0] < 1) {
+            throw KernelError("QuantizeLinear: the lookup table " + shape_string(table->shape) +
+                              " must be [C, 256] or [1, 256]");
+        }
+        table_rows_ = table->shape[0];
+        table_type_ = table->type;
+        const auto* bytes = static_cast<const uint8_t*>(table->data);
+        table_.assign(bytes, bytes + table->size());
+        info.release_constant(3);
+    }
 };
 
 // ---- DequantizeLinear ------------------------------------------------------------------------------------------
@@ -650,6 +701,21 @@ void add_quantize_linear(KernelRegistry& registry) {
 
 void register_quantize_kernels(KernelRegistry& registry) {
     add_quantize_linear(registry);
+    // QuantizeLinear -> QuantizedLookup, fused by the optimizer (core/optimizer/fuse_quantized_lookup.cc) for
+    // per-tensor 8-bit quantization of float32 (the features of opset 19: the fusion needs none of the later ones).
+    registry.add(KernelDef{.domain = TESS_FUSED_OPS_DOMAIN,
+                           .op_type = "QuantizeLinear",
+                           .since_version = 1,
+                           .end_version = 0,
+                           .input_types = {{0, {TESS_ELEMENT_FLOAT32}},
+                                           {1, {TESS_ELEMENT_FLOAT32}},
+                                           {2, {TESS_ELEMENT_INT8, TESS_ELEMENT_UINT8}},
+                                           {3, {TESS_ELEMENT_INT8, TESS_ELEMENT_UINT8}}},
+                           .memory = KernelMemory::Normal,
+                           .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
+                               return std::make_unique<QuantizeLinearKernel>(
+                                   info, QuantizeFeatures{.per_axis = true, .saturate = true}, true);
+                           }});
     registry.add(KernelDef{.domain = "",
                            .op_type = "DynamicQuantizeLinear",
                            .since_version = 11,

@@ -38,6 +38,8 @@ inline std::optional<IntegerRange> integer_range(int32_t type) {
     }
 }
 
+inline bool is_8bit(int32_t type) { return type == TESS_ELEMENT_UINT8 || type == TESS_ELEMENT_INT8; }
+
 // Integers of 2 to 16 bits and the small floats (float8, float6, float4).
 inline bool is_quantized_type(int32_t type) {
     return integer_range(type).has_value() || convert::minifloat_of(type) != nullptr;

@@ -14,6 +14,7 @@
 #include "kernels/all_kernels.h"
 #include "kernels/quantization/integer_matmul.h"
 #include "kernels/quantization/quantize_support.h"
+#include "kernels/quantization/requantize.h"
 #include "util/axes.h"
 #include "util/element_convert.h"
 #include "util/gemm.h"
@@ -53,65 +54,6 @@ public:
 private:
     PrepackedB b_;
 };
-
-// The quantization parameters of a requantized output: y = saturate(round(sum * multiplier) + zero_point).
-struct OutputQuantization {
-    int32_t type = TESS_ELEMENT_UINT8;
-    double zero_point = 0;
-    IntegerRange range{0, 255};
-};
-
-// y[i] = saturate(round_half_even(f32(float(sums[i] + bias) * multiplier)) + zero_point) for i < n, the sum wrapping
-// to 32 bits; the multiplier (a float) is multipliers[i], or multipliers[0] for all when `uniform`.  The product is
-// rounded to float, as onnxruntime's requantization rounds it (in double, the rare product that lands within half a
-// float ulp of a .5 rounds the other way, and a quantized network then disagrees with onnxruntime from that layer
-// on); then it is rounded and saturated as quant::saturate_round does.  Inlined into each ISA copy of its callers
-// (requantize_run, requantize_rows).
-template <typename Out>
-[[gnu::always_inline]] inline void requantize_row(const int32_t* sums, int32_t bias, const float* multipliers,
-                                                  bool uniform, int64_t n, const OutputQuantization& q, Out* y) {
-    using Vu = uint32_t __attribute__((vector_size(vec::kLanes * sizeof(uint32_t))));
-    const vec::Vf zero = vec::splat(static_cast<float>(q.zero_point)), low = vec::splat(static_cast<float>(q.range.low)),
-                  high = vec::splat(static_cast<float>(q.range.high));
-    const vec::Vf uniform_multiplier = vec::splat(multipliers[0]);
-    // Lanes [k, k + kLanes) of the sums and multipliers at these pointers, written to out_ptr.
-    auto block = [&](const int32_t* s_ptr, const float* m_ptr, Out* out_ptr) {
-        vec::Vi s;
-        std::memcpy(&s, s_ptr, sizeof s);
-        s = reinterpret_cast<vec::Vi>(reinterpret_cast<Vu>(s) + static_cast<uint32_t>(bias));
-        const vec::Vf m = uniform ? uniform_multiplier : vec::load(m_ptr);
-        const auto out = saturate_round<Out>(__builtin_convertvector(s, vec::Vf) * m, zero, low, high);
-        std::memcpy(out_ptr, &out, sizeof out);
-    };
-    int64_t k = 0;
-    for (; k + vec::kLanes <= n; k += vec::kLanes) block(sums + k, multipliers + k, y + k);
-    if (k < n) {  // the tail through padded copies
-        const size_t rest = static_cast<size_t>(n - k);
-        int32_t s_tail[vec::kLanes] = {};
-        float m_tail[vec::kLanes] = {};
-        Out out_tail[vec::kLanes];
-        std::memcpy(s_tail, sums + k, rest * sizeof(int32_t));
-        if (!uniform) std::memcpy(m_tail, multipliers + k, rest * sizeof(float));
-        block(s_tail, m_tail, out_tail);
-        std::memcpy(y + k, out_tail, rest * sizeof(Out));
-    }
-}
-
-template <typename Out> void requantize_run(const int32_t* sums, int32_t bias, const float* multipliers, bool uniform,
-                                            int64_t n, const OutputQuantization& q, Out* y) {
-    vec::run_best_isa([=] { requantize_row(sums, bias, multipliers, uniform, n, q, y); });
-}
-
-// Rows r < rows of n sums each (row stride ld) into y (row stride ldy), row r with bias[r] (bias may be null) and
-// the multiplier multipliers[r]: one call for a whole tile of a product.
-template <typename Out>
-void requantize_rows(const int32_t* sums, int64_t ld, int64_t rows, int64_t n, const int32_t* bias,
-                     const float* multipliers, const OutputQuantization& q, Out* y, int64_t ldy) {
-    vec::run_best_isa([=] {
-        for (int64_t r = 0; r < rows; ++r)
-            requantize_row(sums + r * ld, bias ? bias[r] : 0, multipliers + r, true, n, q, y + r * ldy);
-    });
-}
 
 template <typename Fn> void dispatch_8bit(int32_t type, const Fn& fn) { dispatch<int8_t, uint8_t>(type, fn); }
 
@@ -303,13 +245,17 @@ void weighted_sums(const float* const* in, const float* tap, int64_t taps, int64
 class IntegerConvKernel final : public Kernel {
 public:
     // quantized: QLinearConv (inputs x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B);
-    // otherwise ConvInteger (x, w, x_zero_point, w_zero_point).
-    IntegerConvKernel(const NodeInfo& info, bool quantized)
+    // otherwise ConvInteger (x, w, x_zero_point, w_zero_point).  with_table: the fused QLinearConv
+    // (TESS_FUSED_OPS_DOMAIN) that the optimizer makes of a QLinearConv and the QuantizedLookup reading it; input 9
+    // is the lookup's constant table, [M, 256] or [1, 256] of the output's 8-bit type, which every requantized byte
+    // goes through while it is in cache.
+    IntegerConvKernel(const NodeInfo& info, bool quantized, bool with_table = false)
         : op_(info.op_type()),
           quantized_(quantized),
           attrs_(WindowAttributes::parse(info)),
           group_(info.attr_int("group", 1)) {
         if (group_ < 1) throw KernelError(op_ + ": group must be positive, got " + std::to_string(group_));
+        if (with_table) load_table(info);
         prepack_filters(info);
     }
 
@@ -370,8 +316,13 @@ public:
         std::vector<float> multipliers(static_cast<size_t>(M));
         for (int64_t m = 0; m < M; ++m) multipliers[m] = (xs * w_scale.ptr<float>()[w_scale_index(m, 0)]) / ys;
 
-        Tensor& Y = ctx.output(0, out.type, output_shape);
-        const Requantization requantization{bias, multipliers.data(), out, Y.data};
+        if (!table_.empty() && table_rows_ != 1 && table_rows_ != M) {
+            throw KernelError(op_ + ": the lookup table has " + std::to_string(table_rows_) + " rows for " +
+                              std::to_string(M) + " output channels");
+        }
+        Tensor& Y = ctx.output(0, table_.empty() ? out.type : table_type_, output_shape);
+        const Requantization requantization{bias, multipliers.data(), out, Y.data,
+                                            table_.empty() ? nullptr : table_.data(), table_rows_ != 1};
         convolve(ctx.pool(), g, X, x_zero.values[0], W, w_zero.rows(0, M), nullptr, &requantization);
     }
 
@@ -410,7 +361,16 @@ private:
         const int32_t* bias;  // may be null
         const float* multipliers;
         OutputQuantization out;
-        void* y;  // [N, M, positions] of out.type
+        void* y;                // [N, M, positions] of out.type (or of the table's type)
+        const uint8_t* tables;  // null, or the lookup tables: [M][256] (per_channel) or [256]
+        bool per_channel;
+
+        // The table of output channel m (null without tables).
+        const uint8_t* table(int64_t m) const { return tables ? tables + (per_channel ? m * 256 : 0) : nullptr; }
+        // Maps n requantized bytes of channel m at y through its table, in place.
+        void look_up(int64_t m, void* bytes, int64_t n) const {
+            if (tables) lookup_bytes(table(m), static_cast<uint8_t*>(bytes), static_cast<uint8_t*>(bytes), n);
+        }
     };
 
     // Requantizes the sums of one image's group of filters into Y as int8_gemm hands them over (filter m of the
@@ -424,7 +384,7 @@ private:
                    int64_t ld) const override {
             const int64_t filter = first_filter_ + m0;
             requantize_rows(sums, ld, rows, columns, r_.bias ? r_.bias + filter : nullptr, r_.multipliers + filter,
-                            r_.out, y_ + m0 * positions_ + n0, positions_);
+                            r_.out, y_ + m0 * positions_ + n0, positions_, r_.table(filter), r_.per_channel);
         }
 
     private:
@@ -433,6 +393,20 @@ private:
         Out* y_;
         int64_t positions_;
     };
+
+    void load_table(const NodeInfo& info) {
+        const std::optional<Tensor> table = info.constant_tensor(9);
+        if (!table) throw KernelError(op_ + ": the lookup table (input 9) must be a constant");
+        if (table->type != TESS_ELEMENT_UINT8 && table->type != TESS_ELEMENT_INT8)
+            throw_unsupported_type(op_ + " lookup table", table->type);
+        if (table->rank() != 2 || table->shape[1] != 256 || table->shape[0] < 1)
+            throw KernelError(op_ + ": the lookup table " + shape_string(table->shape) + " must be [M, 256] or [1, 256]");
+        table_rows_ = table->shape[0];
+        table_type_ = table->type;
+        const auto* bytes = static_cast<const uint8_t*>(table->data);
+        table_.assign(bytes, bytes + table->size());
+        info.release_constant(9);
+    }
 
     // Constant filters are packed for int8_gemm once, group by group, and the model's copy released; 2-D depthwise
     // filters (one channel per group), which the depthwise kernels read as they are, stay.
@@ -531,6 +505,7 @@ private:
                     const int64_t m = row % M;
                     requantize_run(sums + row * positions, r.bias ? r.bias[m] : 0, r.multipliers + m, true,
                                    positions, r.out, y + row * positions);
+                    r.look_up(m, y + row * positions, positions);
                 }
             });
         });
@@ -609,8 +584,10 @@ private:
                 int32_t* exact = std::is_same_v<Out, int32_t> ? reinterpret_cast<int32_t*>(out) : sums;
                 for (int64_t oh = 0; oh < OH; ++oh)
                     for (int64_t ow = 0; ow < OW; ++ow) exact[oh * OW + ow] = static_cast<int32_t>(sum[oh * AS + ow]);
-                if constexpr (!std::is_same_v<Out, int32_t>)
+                if constexpr (!std::is_same_v<Out, int32_t>) {
                     requantize_run(sums, r->bias ? r->bias[c] : 0, r->multipliers + c, true, OH * OW, r->out, out);
+                    r->look_up(c, out, OH * OW);
+                }
             }
         });
     }
@@ -665,6 +642,9 @@ private:
     bool quantized_;
     WindowAttributes attrs_;
     int64_t group_;
+    std::vector<uint8_t> table_;  // the fused lookup's [table_rows_][256] bytes (empty: none)
+    int64_t table_rows_ = 1;
+    int32_t table_type_ = TESS_ELEMENT_UINT8;
     std::vector<Int8PackedA> packed_filters_;  // per group, when the filters are constant (and not depthwise)
     Tensor filters_view_;                      // their type and shape (no data) once the model's copy is released
 };
@@ -705,6 +685,16 @@ void register_quantized_product_kernels(KernelRegistry& registry) {
                            .memory = KernelMemory::Normal,
                            .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
                                return std::make_unique<IntegerConvKernel>(info, true);
+                           }});
+    // QLinearConv -> QuantizedLookup, fused by the optimizer (core/optimizer/fuse_quantized_lookup.cc).
+    registry.add(KernelDef{.domain = TESS_FUSED_OPS_DOMAIN,
+                           .op_type = "QLinearConv",
+                           .since_version = 1,
+                           .end_version = 0,
+                           .input_types = {{0, k8bit}, {3, k8bit}, {7, k8bit}, {9, k8bit}},
+                           .memory = KernelMemory::Normal,
+                           .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
+                               return std::make_unique<IntegerConvKernel>(info, true, true);
                            }});
 }
 

@@ -1,0 +1,73 @@
+// CPU provider: the requantization that ends an integer product (QLinearConv, QLinearMatMul): int32 sums to 8-bit
+// outputs, y = saturate(round_half_even(f32(float(sum + bias) * multiplier)) + zero_point), and the per-channel byte
+// tables (QuantizedLookup) a fused convolution applies to its requantized outputs.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/quantization/quantize_support.h"
+#include "util/vec_math.h"
+
+namespace tessera::cpu::quant {
+
+// The quantization parameters of a requantized output: y = saturate(round(sum * multiplier) + zero_point).
+struct OutputQuantization {
+    int32_t type = TESS_ELEMENT_UINT8;
+    double zero_point = 0;
+    IntegerRange range{0, 255};
+};
+
+// y[i] = saturate(round_half_even(f32(float(sums[i] + bias) * multiplier)) + zero_point) for i < n, the sum wrapping
+// to 32 bits; the multiplier (a float) is multipliers[i], or multipliers[0] for all when `uniform`.  The product is
+// rounded to float, as onnxruntime's requantization rounds it (in double, the rare product that lands within half a
+// float ulp of a .5 rounds the other way, and a quantized network then disagrees with onnxruntime from that layer
+// on); then it is rounded and saturated as saturate_round does.  Inlined into each ISA copy of its callers.
+template <typename Out>
+[[gnu::always_inline]] inline void requantize_row(const int32_t* sums, int32_t bias, const float* multipliers,
+                                                  bool uniform, int64_t n, const OutputQuantization& q, Out* y) {
+    using Vu = uint32_t __attribute__((vector_size(vec::kLanes * sizeof(uint32_t))));
+    const vec::Vf zero = vec::splat(static_cast<float>(q.zero_point)), low = vec::splat(static_cast<float>(q.range.low)),
+                  high = vec::splat(static_cast<float>(q.range.high));
+    const vec::Vf uniform_multiplier = vec::splat(multipliers[0]);
+    // Lanes [k, k + kLanes) of the sums and multipliers at these pointers, written to out_ptr.
+    auto block = [&](const int32_t* s_ptr, const float* m_ptr, Out* out_ptr) {
+        vec::Vi s;
+        std::memcpy(&s, s_ptr, sizeof s);
+        s = reinterpret_cast<vec::Vi>(reinterpret_cast<Vu>(s) + static_cast<uint32_t>(bias));
+        const vec::Vf m = uniform ? uniform_multiplier : vec::load(m_ptr);
+        const auto out = saturate_round<Out>(__builtin_convertvector(s, vec::Vf) * m, zero, low, high);
+        std::memcpy(out_ptr, &out, sizeof out);
+    };
+    int64_t k = 0;
+    for (; k + vec::kLanes <= n; k += vec::kLanes) block(sums + k, multipliers + k, y + k);
+    if (k < n) {  // the tail through padded copies
+        const size_t rest = static_cast<size_t>(n - k);
+        int32_t s_tail[vec::kLanes] = {};
+        float m_tail[vec::kLanes] = {};
+        Out out_tail[vec::kLanes];
+        std::memcpy(s_tail, sums + k, rest * sizeof(int32_t));
+        if (!uniform) std::memcpy(m_tail, multipliers + k, rest * sizeof(float));
+        block(s_tail, m_tail, out_tail);
+        std::memcpy(y + k, out_tail, rest * sizeof(Out));
+    }
+}
+
+template <typename Out> void requantize_run(const int32_t* sums, int32_t bias, const float* multipliers, bool uniform,
+                                            int64_t n, const OutputQuantization& q, Out* y) {
+    vec::run_best_isa([=] { requantize_row(sums, bias, multipliers, uniform, n, q, y); });
+}
+
+// y[i] = table[x[i]] for i < n (x and y may be the same): a QuantizedLookup's bytes, 64 at a time with AVX-512 VBMI.
+void lookup_bytes(const uint8_t* table, const uint8_t* x, uint8_t* y, int64_t n);
+
+// Rows r < rows of n sums each (row stride ld) into y (row stride ldy), row r with bias[r] (bias may be null) and
+// the multiplier multipliers[r]; with `tables`, each output byte of row r then maps through tables[r * 256 ...]
+// (tables_per_row false: every row through tables[0 ...]).  One call for a whole tile of a product: on AVX-512 the
+// constants are set up once per tile, not per row.
+template <typename Out>
+void requantize_rows(const int32_t* sums, int64_t ld, int64_t rows, int64_t n, const int32_t* bias,
+                     const float* multipliers, const OutputQuantization& q, Out* y, int64_t ldy,
+                     const uint8_t* tables = nullptr, bool tables_per_row = false);
+
+}  // namespace tessera::cpu::quant
