@@ -29,6 +29,7 @@
 
 #include "runtime/kernel.h"
 #include "util/gemm.h"
+#include "util/thread_scratch.h"
 
 namespace tessera::cpu {
 
@@ -146,6 +147,45 @@ template <int Rows> [[gnu::target("avx512f,avx512vnni")]] void vnni_tile(const u
     }
     _mm512_storeu_si512(sums, low);
     _mm512_storeu_si512(sums + 16, high);
+}
+
+// One panel of B' (see Int8PackedB): `columns` (at most kPanel) columns of K rows, element (k, c) at
+// bytes[k * row_stride + c * column_stride], XORed with `flip`, into panel [groups][kPanel][4] (rows past K and
+// columns past `columns` zero); sums[c] = the sum of column c's stored values.  Only the AMX and VNNI paths call it.
+void pack_panel(const uint8_t* bytes, int64_t K, int64_t columns, int64_t row_stride, int64_t column_stride,
+                uint8_t flip, int64_t groups, int8_t* panel, int32_t* sums) {
+    const int64_t panel_bytes = groups * 4 * kPanel;
+    if (column_stride == 1 && columns == kPanel) {
+        // Whole panels of a row-major B: 4 rows x 16 columns at a time, interleaved into [column][4 rows].
+        const __m128i flip_bytes = _mm_set1_epi8(static_cast<char>(flip));
+        for (int64_t g = 0; g < groups; ++g) {
+            for (int64_t half = 0; half < 2; ++half) {
+                __m128i r[4];
+                for (int64_t j = 0; j < 4; ++j) {
+                    const int64_t k = g * 4 + j;
+                    r[j] = k < K ? _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
+                                                     bytes + k * row_stride + half * 16)),
+                                                 flip_bytes)
+                                 : _mm_setzero_si128();
+                }
+                const __m128i t0 = _mm_unpacklo_epi8(r[0], r[1]), t1 = _mm_unpackhi_epi8(r[0], r[1]);
+                const __m128i t2 = _mm_unpacklo_epi8(r[2], r[3]), t3 = _mm_unpackhi_epi8(r[2], r[3]);
+                auto* dst = reinterpret_cast<__m128i*>(panel + g * 4 * kPanel + half * 64);
+                _mm_storeu_si128(dst + 0, _mm_unpacklo_epi16(t0, t2));
+                _mm_storeu_si128(dst + 1, _mm_unpackhi_epi16(t0, t2));
+                _mm_storeu_si128(dst + 2, _mm_unpacklo_epi16(t1, t3));
+                _mm_storeu_si128(dst + 3, _mm_unpackhi_epi16(t1, t3));
+            }
+        }
+    } else {
+        std::fill(panel, panel + panel_bytes, int8_t{0});
+        for (int64_t k = 0; k < K; ++k) {
+            const uint8_t* src = bytes + k * row_stride;
+            int8_t* dst = panel + (k / 4) * 4 * kPanel + k % 4;
+            for (int64_t c = 0; c < columns; ++c) dst[c * 4] = static_cast<int8_t>(src[c * column_stride] ^ flip);
+        }
+    }
+    vnni_column_sums(panel, groups, sums);
 }
 
 using TileFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int32_t*);
@@ -310,41 +350,10 @@ Int8PackedB::Int8PackedB(const void* data, bool is_signed, int64_t K, int64_t N,
     column_sums_.resize(static_cast<size_t>(N));
     auto pack_panels = [&](int64_t first, int64_t last) {
         for (int64_t p = first; p < last; ++p) {
-            int8_t* panel = data_.data() + p * panel_bytes;
             const int64_t n0 = p * kPanel, columns = std::min(kPanel, N - n0);
-            if (column_stride == 1 && columns == kPanel) {
-                // Whole panels of a row-major B: 4 rows x 16 columns at a time, interleaved into [column][4 rows].
-                const __m128i flip_bytes = _mm_set1_epi8(static_cast<char>(flip));
-                for (int64_t g = 0; g < groups(); ++g) {
-                    for (int64_t half = 0; half < 2; ++half) {
-                        __m128i r[4];
-                        for (int64_t j = 0; j < 4; ++j) {
-                            const int64_t k = g * 4 + j;
-                            r[j] = k < K ? _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
-                                                             bytes + k * row_stride + n0 + half * 16)),
-                                                         flip_bytes)
-                                         : _mm_setzero_si128();
-                        }
-                        const __m128i t0 = _mm_unpacklo_epi8(r[0], r[1]), t1 = _mm_unpackhi_epi8(r[0], r[1]);
-                        const __m128i t2 = _mm_unpacklo_epi8(r[2], r[3]), t3 = _mm_unpackhi_epi8(r[2], r[3]);
-                        auto* dst = reinterpret_cast<__m128i*>(panel + g * 4 * kPanel + half * 64);
-                        _mm_storeu_si128(dst + 0, _mm_unpacklo_epi16(t0, t2));
-                        _mm_storeu_si128(dst + 1, _mm_unpackhi_epi16(t0, t2));
-                        _mm_storeu_si128(dst + 2, _mm_unpacklo_epi16(t1, t3));
-                        _mm_storeu_si128(dst + 3, _mm_unpackhi_epi16(t1, t3));
-                    }
-                }
-            } else {
-                std::fill(panel, panel + panel_bytes, int8_t{0});
-                for (int64_t k = 0; k < K; ++k) {
-                    const uint8_t* src = bytes + k * row_stride + n0 * column_stride;
-                    int8_t* dst = panel + (k / 4) * 4 * kPanel + k % 4;
-                    for (int64_t c = 0; c < columns; ++c)
-                        dst[c * 4] = static_cast<int8_t>(src[c * column_stride] ^ flip);
-                }
-            }
             int32_t sums[kPanel];
-            vnni_column_sums(panel, groups(), sums);
+            pack_panel(bytes + n0 * column_stride, K, columns, row_stride, column_stride, flip, groups(),
+                       data_.data() + p * panel_bytes, sums);
             std::copy(sums, sums + columns, column_sums_.begin() + n0);
         }
     };
@@ -481,6 +490,86 @@ Int8PackedA::Int8PackedA(const void* data, bool is_signed, int64_t M, int64_t K,
     else pack_rows(0, M);
 #else
     static_cast<void>(pool);  // never reached: only the fallback exists elsewhere
+#endif
+}
+
+void int8_gemm_streaming(ThreadPool& pool, const Int8PackedA& A, const void* B, bool b_signed, int64_t ldb,
+                         int64_t N, const int32_t* a_zero, int32_t b_zero, const Int8GemmSink& sink) {
+    const int64_t M = A.rows(), K = A.depth();
+    if (M <= 0 || N <= 0) return;
+    if (K == 0 || !int8_gemm_uses_vnni()) {  // the fallback packs B whole
+        const Int8PackedB packed(B, b_signed, K, N, ldb, 1, &pool);
+        const std::vector<int32_t> zeros(static_cast<size_t>(N), b_zero);
+        int8_gemm(pool, A, packed, a_zero, zeros.data(), sink);
+        return;
+    }
+#if TESSERA_CPU_X86  // the VNNI and AMX paths
+    const bool amx = isa() == Isa::Amx;
+    const int64_t groups = packed_groups(K), stride = groups * 4;
+    const int64_t tile_rows = amx ? kAmxTileRows : kVnniTileRows;
+    const int64_t row_blocks = (M + tile_rows - 1) / tile_rows;
+    const auto* bytes = static_cast<const uint8_t*>(B);
+    const uint8_t flip = b_signed ? 0 : 0x80;
+    const uint32_t a_shift = A.is_signed() ? 128u : 0u;
+    const uint32_t zb = static_cast<uint32_t>(b_zero) - (b_signed ? 0u : 128u);
+    const uint32_t depth = static_cast<uint32_t>(K);
+    const uint32_t* row_sums = A.row_sums();
+    const bool uniform_za = a_zero == nullptr || std::all_of(a_zero, a_zero + M, [&](int32_t z) { return z == a_zero[0]; });
+    const uint32_t za_uniform = a_shift + (a_zero ? static_cast<uint32_t>(a_zero[0]) : 0u);
+    // The row terms of the corrections (correct_tile_uniform), in the caller's scratch: the tasks only read them.
+    uint32_t* row_terms = thread_scratch_buffer<uint32_t, 4>(M);
+    for (int64_t m = 0; m < M; ++m) {
+        const uint32_t za = a_shift + (a_zero ? static_cast<uint32_t>(a_zero[m]) : 0u);
+        row_terms[m] = depth * za - row_sums[m];
+        if (uniform_za) row_terms[m] *= zb;
+    }
+    const int64_t panels = (N + kPanel - 1) / kPanel;
+    // At least 4 tasks per thread where the panels allow: a panel split across tasks by row blocks is packed by each.
+    const int64_t splits = std::clamp<int64_t>((4 * pool.size() + panels - 1) / panels, 1, row_blocks);
+    const int64_t blocks_per_split = (row_blocks + splits - 1) / splits;
+    pool.parallel_for(panels * splits, 1, [&](int64_t first, int64_t last) {
+        int8_t* panel = thread_scratch_buffer<int8_t, 3>(groups * 4 * kPanel);
+        alignas(64) int32_t tile[kAmxTileRows * kPanel];
+        int32_t column_sums[kPanel];
+        uint32_t column_terms[kPanel], zb_columns[kPanel];
+        std::fill(zb_columns, zb_columns + kPanel, zb);
+        int64_t packed = -1;
+        if (amx) amx_begin();
+        for (int64_t t = first; t < last; ++t) {
+            const int64_t p = t / splits, split = t % splits;
+            const int64_t n0 = p * kPanel, columns = std::min(kPanel, N - n0);
+            if (p != packed) {
+                pack_panel(bytes + n0, K, columns, ldb, 1, flip, groups, panel, column_sums);
+                for (int64_t j = 0; j < kPanel; ++j)
+                    column_terms[j] = za_uniform * static_cast<uint32_t>(j < columns ? column_sums[j] : 0);
+                packed = p;
+            }
+            const int64_t first_block = split * blocks_per_split;
+            const int64_t end_block = std::min(row_blocks, first_block + blocks_per_split);
+            for (int64_t block = first_block; block < end_block; ++block) {
+                const int64_t m0 = block * tile_rows, rows = std::min(tile_rows, M - m0);
+                const uint8_t* a_rows = A.data() + m0 * stride;
+                if (amx) amx_tile(a_rows, panel, groups / 16, tile);
+                else kVnniTiles[rows](a_rows, stride, panel, groups, tile);
+                if (uniform_za) {
+                    correct_tile_uniform(reinterpret_cast<uint32_t*>(tile), rows, columns, row_terms + m0,
+                                         column_terms);
+                } else {
+                    for (int64_t r = 0; r < rows; ++r) {
+                        const int64_t m = m0 + r;
+                        const uint32_t za = a_shift + static_cast<uint32_t>(a_zero[m]);
+                        correct_tile_row(reinterpret_cast<const uint32_t*>(tile + r * kPanel), zb_columns,
+                                         row_terms[m], za, reinterpret_cast<const uint32_t*>(column_sums),
+                                         tile + r * kPanel, columns);
+                    }
+                }
+                sink.write(m0, rows, n0, columns, tile, kPanel);
+            }
+        }
+        if (amx) amx_end();
+    });
+#else
+    static_cast<void>(b_signed), static_cast<void>(ldb), static_cast<void>(a_zero), static_cast<void>(b_zero);
 #endif
 }
 

@@ -87,6 +87,12 @@ public:
 void int8_gemm(ThreadPool& pool, const Int8PackedA& A, const Int8PackedB& B, const int32_t* a_zero,
                const int32_t* b_zero, const Int8GemmSink& sink);
 
+// The same for B (K x N bytes, row stride ldb, uint8 or int8 per b_signed, zero point b_zero for every column)
+// read as it is: each task packs the panel of B it multiplies, in the region of the products, instead of a pass
+// and a region of its own over all of B first (a convolution's image, which changes every run).
+void int8_gemm_streaming(ThreadPool& pool, const Int8PackedA& A, const void* B, bool b_signed, int64_t ldb,
+                         int64_t N, const int32_t* a_zero, int32_t b_zero, const Int8GemmSink& sink);
+
 // The same into C (row stride ldc).
 void int8_gemm(ThreadPool& pool, const Int8PackedA& A, const Int8PackedB& B, const int32_t* a_zero,
                const int32_t* b_zero, int32_t* C, int64_t ldc);

@@ -463,16 +463,15 @@ private:
         }
         const bool pointwise = g.is_pointwise();
         uint8_t* columns = pointwise ? nullptr : thread_scratch_buffer<uint8_t, 16>(depth * positions);
-        const std::vector<int32_t> x_zero_columns(static_cast<size_t>(positions), x_zero);
         const auto* x = static_cast<const uint8_t*>(X.data);
+        const bool x_signed = X.type == TESS_ELEMENT_INT8;
         for (int64_t n = 0; n < batch; ++n) {
             for (int64_t grp = 0; grp < group_; ++grp) {
                 const uint8_t* image = x + (n * channels + grp * channels_per_group) * g.input_size();
                 if (!pointwise) {
                     im2col_bytes(pool, g, image, channels_per_group, static_cast<uint8_t>(x_zero), columns);
                 }
-                const Int8PackedB packed(pointwise ? image : columns, X.type == TESS_ELEMENT_INT8, depth,
-                                         positions, positions, 1, &pool);
+                const uint8_t* operand = pointwise ? image : columns;  // [depth, positions]
                 std::optional<Int8PackedA> packed_here;
                 if (packed_filters_.empty()) {
                     packed_here.emplace(static_cast<const uint8_t*>(W.data) + grp * filters_per_group * depth,
@@ -482,13 +481,17 @@ private:
                 const int32_t* filter_zeros = w_zero.data() + grp * filters_per_group;
                 const int64_t first_row = n * M + grp * filters_per_group;
                 if (requantization == nullptr) {
+                    const Int8PackedB packed(operand, x_signed, depth, positions, positions, 1, &pool);
+                    const std::vector<int32_t> x_zero_columns(static_cast<size_t>(positions), x_zero);
                     int8_gemm(pool, filters, packed, filter_zeros, x_zero_columns.data(), sums + first_row * positions,
                               positions);
                     continue;
                 }
+                // Requantized: the image's panels are packed by the tasks that multiply them.
                 dispatch_8bit(requantization->out.type, [&]<typename Out>() {
                     const RequantizingSink<Out> sink(*requantization, grp * filters_per_group, first_row, positions);
-                    int8_gemm(pool, filters, packed, filter_zeros, x_zero_columns.data(), sink);
+                    int8_gemm_streaming(pool, filters, operand, x_signed, positions, positions, filter_zeros, x_zero,
+                                        sink);
                 });
             }
         }
