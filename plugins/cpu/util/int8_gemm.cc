@@ -88,7 +88,8 @@ struct alignas(64) TileConfig {
 
 // The products of 32 rows of A' with one panel of B', written to out[32][kPanel].  A' is in tile order: per step of
 // 64 bytes of K, the two 16 x 64-byte tiles one after the other.
-[[gnu::target("amx-tile,amx-int8")]] void amx_tile(const uint8_t* A, const int8_t* panel, int64_t steps, int32_t* out) {
+[[gnu::target("amx-tile,amx-int8")]] void amx_tile(const uint8_t* A, const int8_t* panel, int64_t steps, int32_t* out,
+                                                    int64_t ldo = kPanel) {
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -103,18 +104,18 @@ struct alignas(64) TileConfig {
         _tile_dpbusd(2, 5, 6);
         _tile_dpbusd(3, 5, 7);
     }
-    constexpr int64_t row_bytes = kPanel * sizeof(int32_t);
+    const int64_t row_bytes = ldo * static_cast<int64_t>(sizeof(int32_t));
     _tile_stored(0, out, row_bytes);
     _tile_stored(1, out + 16, row_bytes);
-    _tile_stored(2, out + 16 * kPanel, row_bytes);
-    _tile_stored(3, out + 16 * kPanel + 16, row_bytes);
+    _tile_stored(2, out + 16 * ldo, row_bytes);
+    _tile_stored(3, out + 16 * ldo + 16, row_bytes);
 }
 
 // The products of `Rows` rows of A' (row stride lda, whole groups of 4 bytes) with one panel of B', written to
-// out[Rows][kPanel].
+// out[Rows][ldo].
 template <int Rows> [[gnu::target("avx512f,avx512vnni")]] void vnni_tile(const uint8_t* A, int64_t lda,
                                                                          const int8_t* panel, int64_t groups,
-                                                                         int32_t* out) {
+                                                                         int32_t* out, int64_t ldo) {
     __m512i acc[Rows][2];
 #pragma GCC unroll 8
     for (int r = 0; r < Rows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
@@ -132,8 +133,8 @@ template <int Rows> [[gnu::target("avx512f,avx512vnni")]] void vnni_tile(const u
     }
 #pragma GCC unroll 8
     for (int r = 0; r < Rows; ++r) {
-        _mm512_storeu_si512(out + r * kPanel, acc[r][0]);
-        _mm512_storeu_si512(out + r * kPanel + 16, acc[r][1]);
+        _mm512_storeu_si512(out + r * ldo, acc[r][0]);
+        _mm512_storeu_si512(out + r * ldo + 16, acc[r][1]);
     }
 }
 
@@ -188,7 +189,7 @@ void pack_panel(const uint8_t* bytes, int64_t K, int64_t columns, int64_t row_st
     vnni_column_sums(panel, groups, sums);
 }
 
-using TileFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int32_t*);
+using TileFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int32_t*, int64_t);
 constexpr TileFn kVnniTiles[kVnniTileRows + 1] = {nullptr,      vnni_tile<1>, vnni_tile<2>, vnni_tile<3>,
                                                   vnni_tile<4>, vnni_tile<5>, vnni_tile<6>};
 
@@ -216,22 +217,20 @@ constexpr TileFn kVnniTiles[kVnniTileRows + 1] = {nullptr,      vnni_tile<1>, vn
         c[j] = static_cast<int32_t>(products[j] + zb[j] * row_term - za * column_sums[j]);
 }
 
-// The same for a whole tile (rows x columns, row stride kPanel, corrected in place) when ZA and ZB are uniform, the
+// The same for a whole tile (rows x columns, row stride ld, corrected in place) when ZA and ZB are uniform, the
 // common case (per-tensor activation zero point, per-tensor or symmetric weights): the correction is then
 // row_terms[r] - column_terms[j], precomputed once per product, two additions per element instead of a call and two
 // multiplications per tile row.
-[[gnu::target("avx512f")]] void correct_tile_uniform(uint32_t* tile, int64_t rows, int64_t columns,
+[[gnu::target("avx512f")]] void correct_tile_uniform(uint32_t* tile, int64_t ld, int64_t rows, int64_t columns,
                                                      const uint32_t* row_terms, const uint32_t* column_terms) {
-    static_assert(kPanel == 32, "two vectors of 16 lanes per tile row");
-    const __mmask16 low_mask = columns >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << columns) - 1);
-    const __mmask16 high_mask = columns >= 32 ? 0xFFFF : columns <= 16 ? 0 : static_cast<__mmask16>((1u << (columns - 16)) - 1);
-    const __m512i column_low = _mm512_maskz_loadu_epi32(low_mask, column_terms);
-    const __m512i column_high = _mm512_maskz_loadu_epi32(high_mask, column_terms + 16);
-    for (int64_t r = 0; r < rows; ++r) {
-        const __m512i row = _mm512_set1_epi32(static_cast<int32_t>(row_terms[r]));
-        uint32_t* t = tile + r * kPanel;
-        _mm512_storeu_si512(t, _mm512_sub_epi32(_mm512_add_epi32(_mm512_loadu_si512(t), row), column_low));
-        _mm512_storeu_si512(t + 16, _mm512_sub_epi32(_mm512_add_epi32(_mm512_loadu_si512(t + 16), row), column_high));
+    for (int64_t j = 0; j < columns; j += 16) {
+        const __mmask16 mask = columns - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (columns - j)) - 1);
+        const __m512i column = _mm512_maskz_loadu_epi32(mask, column_terms + j);
+        for (int64_t r = 0; r < rows; ++r) {
+            uint32_t* t = tile + r * ld + j;
+            const __m512i row = _mm512_set1_epi32(static_cast<int32_t>(row_terms[r]));
+            _mm512_storeu_si512(t, _mm512_sub_epi32(_mm512_add_epi32(_mm512_loadu_si512(t), row), column));
+        }
     }
 }
 #else
@@ -435,10 +434,10 @@ void packed_gemm(ThreadPool& pool, const Int8PackedA& A, const Int8PackedB& B, c
                 const int64_t rows = std::min(tile_rows, M - m0);
                 const int64_t n0 = p * kPanel, columns = std::min(kPanel, N - n0);
                 if (amx) amx_tile(a_shifted + m0 * stride, B.panel(p), groups / 16, tile);
-                else kVnniTiles[rows](a_shifted + m0 * stride, stride, B.panel(p), groups, tile);
+                else kVnniTiles[rows](a_shifted + m0 * stride, stride, B.panel(p), groups, tile, kPanel);
                 if (split_terms) {
-                    correct_tile_uniform(reinterpret_cast<uint32_t*>(tile), rows, columns, row_terms.data() + m0,
-                                         column_terms.data() + n0);
+                    correct_tile_uniform(reinterpret_cast<uint32_t*>(tile), kPanel, rows, columns,
+                                         row_terms.data() + m0, column_terms.data() + n0);
                     sink->write(m0, rows, n0, columns, tile, kPanel);
                     continue;
                 }
@@ -523,47 +522,58 @@ void int8_gemm_streaming(ThreadPool& pool, const Int8PackedA& A, const void* B, 
         row_terms[m] = depth * za - row_sums[m];
         if (uniform_za) row_terms[m] *= zb;
     }
-    const int64_t panels = (N + kPanel - 1) / kPanel;
-    // At least 4 tasks per thread where the panels allow: a panel split across tasks by row blocks is packed by each.
-    const int64_t splits = std::clamp<int64_t>((4 * pool.size() + panels - 1) / panels, 1, row_blocks);
+    // Tasks take 4 panels (128 columns) at a time: the sink then gets rows of 128 sums, so that its per-row set-up
+    // (a requantization's lookup table: 256 bytes for each row) is spread over 4 tiles instead of one.
+    constexpr int64_t kWidth = 4;
+    const int64_t panels = (N + kPanel - 1) / kPanel, spans = (panels + kWidth - 1) / kWidth;
+    // At least 4 tasks per thread where the spans allow: a span split across tasks by row blocks is packed by each.
+    const int64_t splits = std::clamp<int64_t>((4 * pool.size() + spans - 1) / spans, 1, row_blocks);
     const int64_t blocks_per_split = (row_blocks + splits - 1) / splits;
-    pool.parallel_for(panels * splits, 1, [&](int64_t first, int64_t last) {
-        int8_t* panel = thread_scratch_buffer<int8_t, 3>(groups * 4 * kPanel);
-        alignas(64) int32_t tile[kAmxTileRows * kPanel];
-        int32_t column_sums[kPanel];
-        uint32_t column_terms[kPanel], zb_columns[kPanel];
-        std::fill(zb_columns, zb_columns + kPanel, zb);
+    const int64_t panel_bytes = groups * 4 * kPanel;
+    pool.parallel_for(spans * splits, 1, [&](int64_t first, int64_t last) {
+        int8_t* span_panels = thread_scratch_buffer<int8_t, 3>(kWidth * panel_bytes);
+        alignas(64) int32_t tile[kAmxTileRows * kWidth * kPanel];
+        constexpr int64_t ld = kWidth * kPanel;
+        int32_t column_sums[kWidth * kPanel];
+        uint32_t column_terms[kWidth * kPanel], zb_columns[kWidth * kPanel];
+        std::fill(zb_columns, zb_columns + kWidth * kPanel, zb);
         int64_t packed = -1;
         if (amx) amx_begin();
         for (int64_t t = first; t < last; ++t) {
-            const int64_t p = t / splits, split = t % splits;
-            const int64_t n0 = p * kPanel, columns = std::min(kPanel, N - n0);
-            if (p != packed) {
-                pack_panel(bytes + n0, K, columns, ldb, 1, flip, groups, panel, column_sums);
-                for (int64_t j = 0; j < kPanel; ++j)
-                    column_terms[j] = za_uniform * static_cast<uint32_t>(j < columns ? column_sums[j] : 0);
-                packed = p;
+            const int64_t span = t / splits, split = t % splits;
+            const int64_t first_panel = span * kWidth, span_panel_count = std::min(kWidth, panels - first_panel);
+            const int64_t n0 = first_panel * kPanel, columns = std::min(kWidth * kPanel, N - n0);
+            if (span != packed) {
+                for (int64_t q = 0; q < span_panel_count; ++q) {
+                    const int64_t c0 = q * kPanel;
+                    pack_panel(bytes + n0 + c0, K, std::min(kPanel, columns - c0), ldb, 1, flip, groups,
+                               span_panels + q * panel_bytes, column_sums + c0);
+                }
+                for (int64_t j = 0; j < columns; ++j) column_terms[j] = za_uniform * static_cast<uint32_t>(column_sums[j]);
+                packed = span;
             }
             const int64_t first_block = split * blocks_per_split;
             const int64_t end_block = std::min(row_blocks, first_block + blocks_per_split);
             for (int64_t block = first_block; block < end_block; ++block) {
                 const int64_t m0 = block * tile_rows, rows = std::min(tile_rows, M - m0);
                 const uint8_t* a_rows = A.data() + m0 * stride;
-                if (amx) amx_tile(a_rows, panel, groups / 16, tile);
-                else kVnniTiles[rows](a_rows, stride, panel, groups, tile);
+                for (int64_t q = 0; q < span_panel_count; ++q) {
+                    const int8_t* panel = span_panels + q * panel_bytes;
+                    if (amx) amx_tile(a_rows, panel, groups / 16, tile + q * kPanel, ld);
+                    else kVnniTiles[rows](a_rows, stride, panel, groups, tile + q * kPanel, ld);
+                }
                 if (uniform_za) {
-                    correct_tile_uniform(reinterpret_cast<uint32_t*>(tile), rows, columns, row_terms + m0,
+                    correct_tile_uniform(reinterpret_cast<uint32_t*>(tile), ld, rows, columns, row_terms + m0,
                                          column_terms);
                 } else {
                     for (int64_t r = 0; r < rows; ++r) {
                         const int64_t m = m0 + r;
                         const uint32_t za = a_shift + static_cast<uint32_t>(a_zero[m]);
-                        correct_tile_row(reinterpret_cast<const uint32_t*>(tile + r * kPanel), zb_columns,
-                                         row_terms[m], za, reinterpret_cast<const uint32_t*>(column_sums),
-                                         tile + r * kPanel, columns);
+                        correct_tile_row(reinterpret_cast<const uint32_t*>(tile + r * ld), zb_columns, row_terms[m],
+                                         za, reinterpret_cast<const uint32_t*>(column_sums), tile + r * ld, columns);
                     }
                 }
-                sink.write(m0, rows, n0, columns, tile, kPanel);
+                sink.write(m0, rows, n0, columns, tile, ld);
             }
         }
         if (amx) amx_end();

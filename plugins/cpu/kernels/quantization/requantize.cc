@@ -36,9 +36,19 @@ void lookup_plain(const uint8_t* table, const uint8_t* x, uint8_t* y, int64_t n)
 
 // requantize_rows on AVX-512: per 16 sums, add the bias, convert, multiply (rounded to float as requantize_row
 // does), clamp to [low - zero, high - zero] (max first: NaN ends at low, as saturate_round), round half to even
-// (the MXCSR default, as the rounding trick of saturate_round), add the zero point and narrow; the clamp before
-// the rounding equals saturate_round's clamp after it because the bounds are integers and rounding is monotone.
-// With tables, each row's bytes then map through its table in registers (VBMI byte permutes).
+// (the MXCSR default, as the rounding trick of saturate_round) and add the zero point; the clamp before the
+// rounding equals saturate_round's clamp after it because the bounds are integers and rounding is monotone.  The
+// values, in range already, narrow 64 at a time (packs, which cannot saturate them, and one dword permute), and
+// with tables each row's 64 bytes then map through its table in registers (two VBMI byte permutes).
+// 16 requantized values of sums[0 ...] (lanes past `mask` read as zero sums).
+[[gnu::target("avx512f"), gnu::always_inline]] inline __m512i requantized(const int32_t* sums, __mmask16 mask,
+                                                                         __m512i bias, __m512 multiplier, __m512 low,
+                                                                         __m512 high, __m512i zero) {
+    const __m512i sum = _mm512_add_epi32(_mm512_maskz_loadu_epi32(mask, sums), bias);
+    const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), multiplier), low), high);
+    return _mm512_add_epi32(_mm512_cvtps_epi32(v), zero);
+}
+
 template <bool Tables>
 [[gnu::target("avx512f,avx512bw,avx512vl,avx512vbmi")]] void requantize_tile_avx512(
     const int32_t* sums, int64_t ld, int64_t rows, int64_t n, const int32_t* bias, const float* multipliers,
@@ -47,6 +57,9 @@ template <bool Tables>
     const __m512 low = _mm512_set1_ps(static_cast<float>(q.range.low) - zero);
     const __m512 high = _mm512_set1_ps(static_cast<float>(q.range.high) - zero);
     const __m512i zero_int = _mm512_set1_epi32(static_cast<int32_t>(q.zero_point));
+    const bool unsigned_out = q.range.low >= 0;
+    // After the packs, lane L holds dwords L of the four source vectors: put each source's dwords back together.
+    const __m512i regroup = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     // (Loads written out rather than in a lambda: a lambda does not inherit this function's target.)
     __m512i t0{}, t1{}, t2{}, t3{};
     for (int64_t r = 0; r < rows; ++r) {
@@ -61,13 +74,26 @@ template <bool Tables>
         }
         const int32_t* s = sums + r * ld;
         uint8_t* out = y + r * ldy;
-        for (int64_t k = 0; k < n; k += 16) {
+        int64_t k = 0;
+        for (; k + 64 <= n; k += 64) {
+            const __m512i a = requantized(s + k, 0xFFFF, row_bias, multiplier, low, high, zero_int);
+            const __m512i b = requantized(s + k + 16, 0xFFFF, row_bias, multiplier, low, high, zero_int);
+            const __m512i c = requantized(s + k + 32, 0xFFFF, row_bias, multiplier, low, high, zero_int);
+            const __m512i d = requantized(s + k + 48, 0xFFFF, row_bias, multiplier, low, high, zero_int);
+            const __m512i ab = _mm512_packs_epi32(a, b), cd = _mm512_packs_epi32(c, d);
+            __m512i bytes = unsigned_out ? _mm512_packus_epi16(ab, cd) : _mm512_packs_epi16(ab, cd);
+            bytes = _mm512_permutexvar_epi32(regroup, bytes);
+            if constexpr (Tables) {
+                const __m512i from_low = _mm512_permutex2var_epi8(t0, bytes, t1);
+                const __m512i from_high = _mm512_permutex2var_epi8(t2, bytes, t3);
+                bytes = _mm512_mask_blend_epi8(_mm512_movepi8_mask(bytes), from_low, from_high);
+            }
+            _mm512_storeu_si512(out + k, bytes);
+        }
+        for (; k < n; k += 16) {
             const __mmask16 mask = n - k >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - k)) - 1);
-            const __m512i sum = _mm512_add_epi32(_mm512_maskz_loadu_epi32(mask, s + k), row_bias);
-            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), multiplier);
-            v = _mm512_min_ps(_mm512_max_ps(v, low), high);
-            const __m512i value = _mm512_add_epi32(_mm512_cvtps_epi32(v), zero_int);
-            __m128i bytes = _mm512_cvtepi32_epi8(value);  // in range already: a plain narrowing
+            // In range already: a plain narrowing.
+            __m128i bytes = _mm512_cvtepi32_epi8(requantized(s + k, mask, row_bias, multiplier, low, high, zero_int));
             if constexpr (Tables) {
                 const __m512i index = _mm512_zextsi128_si512(bytes);
                 const __m512i from_low = _mm512_permutex2var_epi8(t0, index, t1);
