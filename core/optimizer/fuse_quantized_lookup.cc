@@ -244,6 +244,78 @@ private:
             taken[p] = taken[n] = true;
             found.push_back(std::move(c));
         }
+        const bool changed = fusion::apply_where_placed(graph, context, found);
+        return fold_dequantization(graph, context) || changed;
+    }
+
+    // Whether `conv` is a 1x1 stride-1 unpadded QLinearConv (its weight a constant [M, C, 1, 1]) and only
+    // convolutions read `dq`'s floats: the expansions of inverted residual blocks, whose depthwise convolution
+    // computes them a few rows at a time in the CPU provider (the floats never go through memory whole).  Elsewhere
+    // the fused conversion measured no faster than DequantizeLinear's own pass, so those stay as they are.
+    static bool pointwise_reading_into_convolutions(const Graph& graph,
+                                                    const std::unordered_map<std::string, std::vector<size_t>>& readers,
+                                                    const Node& conv, const Node& dq) {
+        const auto dims = fusion::constant_dims(graph, conv.inputs.size() > 3 ? conv.inputs[3] : std::string());
+        if (!dims || dims->size() != 4 || (*dims)[2] != 1 || (*dims)[3] != 1) return false;
+        for (const char* name : {"strides", "dilations"}) {
+            for (const auto& a : conv.attributes)
+                if (a.name() == name)
+                    for (int64_t v : a.ints())
+                        if (v != 1) return false;
+        }
+        for (const auto& a : conv.attributes) {
+            if (a.name() == "pads")
+                for (int64_t v : a.ints())
+                    if (v != 0) return false;
+            if (a.name() == "auto_pad" && a.s() != "NOTSET" && a.s() != "VALID") return false;
+        }
+        const auto at = readers.find(dq.outputs[0]);
+        if (at == readers.end() || at->second.empty()) return false;
+        for (size_t k : at->second) {
+            const Node& reader = graph.nodes[k];
+            if (!reader.domain.empty() || reader.op_type != "Conv") return false;
+        }
+        return true;
+    }
+
+    // A per-tensor DequantizeLinear to float32 whose input a one-group QLinearConv (with its lookup or not) makes
+    // for it alone joins that node too, as the fused domain's QLinearConvToFloat (inputs 0-8 the QLinearConv's, 9
+    // the lookup table or none, 10 and 11 the DequantizeLinear's scale and zero point): the convolution then writes
+    // floats, in the layout their reader wants, instead of bytes another pass converts (quantize_static leaves the
+    // depthwise convolution after each expanding one float).
+    static bool fold_dequantization(Graph& graph, const PassContext& context) {
+        const auto readers = fusion::consumers(graph);
+        std::unordered_map<std::string, size_t> producers;
+        for (size_t n = 0; n < graph.nodes.size(); ++n)
+            for (const auto& out : graph.nodes[n].outputs) producers[out] = n;
+        std::vector<fusion::Candidate> found;
+        for (size_t n = 0; n < graph.nodes.size(); ++n) {
+            const Node& dq = graph.nodes[n];
+            if (!per_tensor_8bit(graph, dq, "DequantizeLinear") ||
+                element_type(graph, dq.outputs[0]) != TESS_ELEMENT_FLOAT32 ||
+                element_type(graph, dq.inputs[1]) != TESS_ELEMENT_FLOAT32)
+                continue;
+            const auto at = producers.find(dq.inputs[0]);
+            if (at == producers.end()) continue;
+            const Node& conv = graph.nodes[at->second];
+            const bool plain = conv.domain.empty(), fused = conv.domain == TESS_FUSED_OPS_DOMAIN;
+            if (conv.op_type != "QLinearConv" || !(plain || fused) || conv.outputs.size() != 1 ||
+                fusion::int_attribute(conv, "group", 1) != 1 || conv.inputs.size() > (plain ? 9u : 10u) ||
+                !fusion::only_feeds(graph, readers, dq.inputs[0], n))
+                continue;
+            if (!pointwise_reading_into_convolutions(graph, readers, conv, dq)) continue;
+            fusion::Candidate c;
+            c.nodes = {at->second, n};
+            c.fused = conv;
+            c.fused.domain = TESS_FUSED_OPS_DOMAIN;
+            c.fused.op_type = "QLinearConvToFloat";
+            c.fused.name = (conv.name.empty() ? conv.outputs[0] : conv.name) + "_dequantized";
+            c.fused.inputs.resize(10);  // absent optional inputs (the bias, the table) as empty names
+            c.fused.inputs.push_back(dq.inputs[1]);
+            c.fused.inputs.push_back(dq.inputs[2]);
+            c.fused.outputs = {dq.outputs[0]};
+            found.push_back(std::move(c));
+        }
         return fusion::apply_where_placed(graph, context, found);
     }
 };

@@ -11,6 +11,9 @@ equal onnxruntime's (which fuses the same groups) exactly; the unfused level 0 i
 
 from __future__ import annotations
 
+import json
+import os
+
 import numpy as np
 import onnx
 import pytest
@@ -281,11 +284,14 @@ def test_quantized_float_group_becomes_a_table_lookup(name):
     np.testing.assert_array_equal(session.run(None, feeds)[0], expected)
 
 
-def _lookup_after(producer, table_per_channel, keep_producer_output=False, shape=(2, 32, 10, 12)):
+def _lookup_after(producer, table_per_channel, keep_producer_output=False, depthwise_after=False,
+                  shape=(2, 32, 10, 12)):
     """x -> Q -> DQ -> producer -> Q -> DQ -> BatchNormalization -> Relu (or Relu alone: one table for every
     channel) -> Q -> DQ: the lookup the BN group becomes has a QLinearConv (a 1x1 or 3x3 convolution quantize_static
     quantizes) or, after a float depthwise convolution, a QuantizeLinear reading the blocked layout as its producer.
-    keep_producer_output: the producer's quantized output is a graph output too, so the lookup cannot join it."""
+    keep_producer_output: the producer's quantized output is a graph output too, so the lookup cannot join it.
+    depthwise_after: the last DequantizeLinear feeds a float depthwise convolution quantized again (which, its
+    output read by a QuantizeLinear, reads and writes the blocked layout)."""
     b = QdqBuilder()
     channels = shape[1]
     x = b.qdq("x", 0.05, np.int8(3))
@@ -300,6 +306,9 @@ def _lookup_after(producer, table_per_channel, keep_producer_output=False, shape
     y = b.dq(quantized, np.float32(0.08), np.int8(-2))
     y = b.node("Relu", [batch_norm(b, y, channels) if table_per_channel else y])
     out = b.dq(b.q(y, 0.04, np.int8(-128)), np.float32(0.04), np.int8(-128))
+    if depthwise_after:
+        w = b.const((RNG.standard_normal((channels, 1, 3, 3)) * 0.5).astype(np.float32))
+        out = b.qdq(b.node("Conv", [out, w], group=channels, pads=[1, 1, 1, 1]), 0.1, np.int8(0))
     model = b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))], out)
     if keep_producer_output:
         model.graph.output.append(helper.make_tensor_value_info(quantized, TensorProto.INT8, None))
@@ -311,20 +320,27 @@ def _lookup_after(producer, table_per_channel, keep_producer_output=False, shape
                                                ("depthwise", "ai.tessera:QuantizeLinear")])
 @pytest.mark.parametrize("table_per_channel", [True, False], ids=["per-channel", "shared"])
 @pytest.mark.parametrize("blocked", ["1", "0"], ids=["blocked", "nchw"])
-def test_lookup_joins_the_operator_making_its_input(monkeypatch, producer, fused_op, table_per_channel, blocked):
+@pytest.mark.parametrize("depthwise_after", [False, True], ids=["", "then-depthwise"])
+def test_lookup_joins_the_operator_making_its_input(monkeypatch, producer, fused_op, table_per_channel, blocked,
+                                                    depthwise_after):
     """The lookup's table goes into the QLinearConv or QuantizeLinear that makes its input, applied to each tile or
-    chunk while it is in cache: the results are bit for bit those of the same model with the lookup kept apart (the
-    producer's output also a graph output), and onnxruntime's within one output step: its optimized run for the
-    convolutions (which it runs as QLinearConv too), its unoptimized one for the float depthwise convolution (its
-    optimized run makes that a QLinearConv and differs from its unoptimized one by up to five steps here)."""
+    chunk while it is in cache, and where a pointwise convolution's output is dequantized for a convolution, the
+    DequantizeLinear joins too (QLinearConvToFloat, which writes the floats NCHW or in the blocked layout a
+    depthwise convolution reading them takes): the results are bit for bit those of the same model with nothing
+    joined (the producer's output also a graph output), and
+    onnxruntime's within one output step: its optimized run for the convolutions (which it runs as QLinearConv too),
+    its unoptimized one for the float depthwise convolution (its optimized run makes that a QLinearConv and differs
+    from its unoptimized one by up to five steps here)."""
     monkeypatch.setenv("TESSERA_CPU_BLOCKED_LAYOUT", blocked)
     state = RNG.bit_generator.state
-    model = _lookup_after(producer, table_per_channel)
+    model = _lookup_after(producer, table_per_channel, depthwise_after=depthwise_after)
     RNG.bit_generator.state = state  # the same weights again
-    apart = _lookup_after(producer, table_per_channel, keep_producer_output=True)
+    apart = _lookup_after(producer, table_per_channel, keep_producer_output=True, depthwise_after=depthwise_after)
     feeds = {"x": (2 * RNG.standard_normal((2, 32, 10, 12))).astype(np.float32)}
     session = tessera.InferenceSession(model, optimization_level=3)
     ops = session_ops(session)
+    if producer == "pointwise" and depthwise_after:
+        fused_op = "ai.tessera:QLinearConvToFloat"
     assert fused_op in ops and "ai.tessera:QuantizedLookup" not in ops, ops
     reference = tessera.InferenceSession(apart, optimization_level=3)
     assert "ai.tessera:QuantizedLookup" in session_ops(reference)
@@ -332,7 +348,8 @@ def test_lookup_joins_the_operator_making_its_input(monkeypatch, producer, fused
     np.testing.assert_array_equal(ours, reference.run(None, feeds)[0])
     level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL if producer == "depthwise" else \
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    np.testing.assert_allclose(ours, onnxruntime_run(model, feeds, level)[0], rtol=0, atol=0.04 + 1e-6)
+    if not depthwise_after:  # (a float convolution after the last step would scale its difference)
+        np.testing.assert_allclose(ours, onnxruntime_run(model, feeds, level)[0], rtol=0, atol=0.04 + 1e-6)
 
 
 def test_fused_weights_are_never_dequantized_to_float():
@@ -349,7 +366,7 @@ def test_fused_weights_are_never_dequantized_to_float():
         return session_ops(session), [text for text in messages if "folded" in text and "DequantizeLinear" in text]
 
     ops, dequantized = folded(1)  # basic: no fusion, the weight and bias are folded into float constants
-    assert "QLinearConv" not in ops and len(dequantized) == 2, dequantized
+    assert not any("QLinearConv" in op for op in ops) and len(dequantized) == 2, dequantized
     ops, dequantized = folded(3)
     assert "QLinearConv" in ops and not dequantized, dequantized
 
@@ -394,3 +411,47 @@ def test_float_depthwise_island_in_the_blocked_layout_matches_nchw(monkeypatch, 
     theirs = ort.InferenceSession(model.SerializeToString(), options,
                                   providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(blocked, theirs, atol=0.061, rtol=0)
+
+
+def _amx_available():
+    """Whether the CPU provider runs int8 products on AMX here: the CPU has AMX-INT8 and TESSERA_CPU_MAX_ISA does
+    not cap it (util/int8_gemm.h)."""
+    if os.environ.get("TESSERA_CPU_MAX_ISA", "") not in ("", "amx"):
+        return False
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return " amx_int8" in f.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("zero_type", [np.int8, np.uint8], ids=["int8", "uint8"])
+def test_depthwise_convolution_takes_over_the_int8_expansion(monkeypatch, tmp_path, threads, zero_type):
+    """An inverted residual block as quantize_static leaves it: an int8 1x1 expansion (QLinearConv with its lookup
+    and its DequantizeLinear: QLinearConvToFloat) feeding a float depthwise convolution.  Where the expansion's
+    floats would leave the cache (here 32 x 96 x 96, 1.2 MB), the depthwise convolution makes them itself a few rows
+    at a time (the profile shows one step for both), with exactly the results of the two steps apart."""
+    b = QdqBuilder()
+    shape, channels = (1, 16, 96, 96), 32
+    x = b.qdq("x", 0.05, zero_type(3))
+    y = b.node("Conv", [x, b.weight((channels, 16, 1, 1), axis=0), b.bias(channels, 0.05)])
+    y = b.qdq(y, 0.08, zero_type(1))
+    y = b.node("Clip", [batch_norm(b, y, channels), b.const(np.float32(0)), b.const(np.float32(6))])
+    y = b.dq(b.q(y, 0.03, zero_type(0)), np.float32(0.03), zero_type(0))
+    w = b.const((RNG.standard_normal((channels, 1, 3, 3)) * 0.5).astype(np.float32))
+    y = b.qdq(b.node("Conv", [y, w], group=channels, pads=[1, 1, 1, 1], strides=[2, 2]), 0.1, zero_type(2))
+    model = b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))], y)
+    feeds = {"x": (2 * RNG.standard_normal(shape)).astype(np.float32)}
+    trace = tmp_path / "trace.json"
+    session = tessera.InferenceSession(model, intra_op_threads=threads, profile_file=str(trace))
+    ours = session.run(None, feeds)[0]
+    session.end_profiling()
+    steps = {e["args"].get("op_type") for e in json.load(open(trace))["traceEvents"] if e["cat"] == "node"}
+    # The blocked floats come from AMX row blocks only (elsewhere the two steps stay apart, NCHW).
+    assert ("QLinearConvToFloat+Conv" in steps) == _amx_available(), steps
+    monkeypatch.setenv("TESSERA_CPU_FUSE_PRODUCERS", "0")
+    apart = tessera.InferenceSession(model, intra_op_threads=threads).run(None, feeds)[0]
+    np.testing.assert_array_equal(ours, apart)
+    theirs = onnxruntime_run(model, feeds, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)[0]
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=0.1 + 1e-6)  # one output step

@@ -837,43 +837,30 @@ void consume_band(const BlockedConsumerConv& consumer, const int64_t* offsets, i
 
 }  // namespace
 
-void blocked_conv_window2d(ThreadPool& pool, const BlockedProducerConv& producer, const WindowGeometry& g,
-                           const float* packed_w, const float* bias, const ConvEpilogue* epilogue, int64_t N,
-                           const float* x, float* y, const BlockedConsumerConv* consumer) {
+namespace {
+
+// The ring and window part of blocked_conv_window2d and blocked_rows_window2d: each thread takes a run of output
+// rows and walks it a few at a time; make_rows(n, row_begin, row_end, rows, block_floats, ring) makes the
+// producer's image rows [row_begin, row_end) of image n (M channels) into the ring `rows` (channel block b of row
+// r at rows + b * block_floats + ring.row_slot(r) * W * 16), on the calling worker; the window operation's rows
+// follow from there.  begin_image(n) runs before each image's parallel region (a padded copy, say).
+template <typename BeginImage, typename MakeRows>
+void window_over_made_rows(ThreadPool& pool, int64_t M, const WindowGeometry& g, const float* packed_w,
+                           const float* bias, const ConvEpilogue* epilogue, int64_t N, float* y,
+                           const BlockedConsumerConv* consumer, const BeginImage& begin_image,
+                           const MakeRows& make_rows) {
     if (epilogue != nullptr && !epilogue->active()) epilogue = nullptr;
     BlockedConsumerConv consumer_conv{};
     if (consumer != nullptr) {
         consumer_conv = *consumer;
         if (consumer_conv.epilogue != nullptr && !consumer_conv.epilogue->active()) consumer_conv.epilogue = nullptr;
     }
-    const ConvEpilogue* conv_epilogue =
-        producer.epilogue != nullptr && producer.epilogue->active() ? producer.epilogue : nullptr;
     const bool max = packed_w == nullptr;
-    const LanePackedFilters& filters = *producer.filters;
-    const int64_t M = filters.rows(), C = producer.channels, width = filters.panel_width();
-    const Geometry qc = geometry_of(producer.g, C);  // the convolution's; its output is the window's input
     const Geometry q = geometry_of(g, M);
     const bool vector_act = epilogue == nullptr || vector_activation(*epilogue);
-    const int64_t blocks = M / kChannelBlock, taps = q.KH * q.KW, depth = C * qc.KH * qc.KW;
-    const int64_t e = producer.x_blocked ? kChannelBlock : 1;
-    // A 1x1 stride-1 unpadded convolution reads its positions one after another (one-address tiles).
-    const bool contiguous = qc.KH == 1 && qc.KW == 1 && qc.SH == 1 && qc.SW == 1 && !qc.padded;
-    const std::pair<const PositionTileFn*, int64_t> tiles_of_width = tiles_for(width, contiguous ? e : 0);
-    const PositionTileFn* tile_fns = tiles_of_width.first;
-    const int64_t tile_height = tiles_of_width.second;
+    const int64_t blocks = M / kChannelBlock, taps = q.KH * q.KW;
 
-    // Step k = (c, kh, kw) of the filters reads its input at a fixed offset from each position's address.
-    int64_t* offsets = thread_scratch_buffer<int64_t, 11>(depth);
-    for (int64_t c = 0, k = 0; c < C; ++c) {
-        const int64_t channel = producer.x_blocked
-                                    ? (c / kChannelBlock) * qc.Hp * qc.Wp * kChannelBlock + c % kChannelBlock
-                                    : c * qc.Hp * qc.Wp;
-        for (int64_t i = 0; i < qc.KH; ++i)
-            for (int64_t j = 0; j < qc.KW; ++j) offsets[k++] = channel + (i * qc.DH * qc.Wp + j * qc.DW) * e;
-    }
-    float* padded = qc.padded ? thread_scratch_buffer<float, 11>(C * qc.Hp * qc.Wp) : nullptr;
-
-    // Each thread takes a run of output rows and walks it a few at a time, keeping the convolution's rows they read
+    // Each thread takes a run of output rows and walks it a few at a time, keeping the producer's rows they read
     // in a ring (rows shared with the previous step stay; new ones replace those no longer read) small enough to
     // stay in L2 beside the filters.
     const int64_t row_bytes = blocks * q.W * kChannelBlock * static_cast<int64_t>(sizeof(float));
@@ -896,11 +883,7 @@ void blocked_conv_window2d(ThreadPool& pool, const BlockedProducerConv& producer
     const int64_t M_out = consumer != nullptr ? consumer->filters->rows() : M;
 
     for (int64_t n = 0; n < N; ++n) {
-        const float* image = x + n * C * qc.H * qc.W;
-        if (padded != nullptr) {
-            pad_image(pool, qc, image, producer.x_blocked, padded);
-            image = padded;
-        }
+        begin_image(n);
         float* y_image = y + n * M_out * P;
         const float* z_image = consumer_conv.z != nullptr ? consumer_conv.z + n * M_out * P : nullptr;
         pool.parallel_for(parts, 1, [&](int64_t first, int64_t last) {
@@ -909,43 +892,16 @@ void blocked_conv_window2d(ThreadPool& pool, const BlockedProducerConv& producer
             float* band = consumer != nullptr
                               ? align_up(thread_scratch_buffer<float, 20>(blocks * band_floats + kChannelBlock))
                               : nullptr;
-            alignas(64) float panel_bias[kLanePanelWidth];
-            const float* xs[kMaxTileRows];
-            float* outs[kMaxTileRows];
             for (int64_t part = first; part < last; ++part) {
-                int64_t made_end = 0;  // convolution rows before this one are made (or not needed again)
+                int64_t made_end = 0;  // producer rows before this one are made (or not needed again)
                 for (int64_t o0 = band_begin(q.OH, parts, part), o_end = band_begin(q.OH, parts, part + 1);
                      o0 < o_end; o0 += step_rows) {
                     const int64_t o1 = std::min(o_end, o0 + step_rows);
                     const int64_t need_begin = std::clamp<int64_t>(o0 * q.SH - q.PT, 0, q.H);
                     const int64_t need_end = std::clamp<int64_t>(o0 * q.SH - q.PT + rows_in(o1 - o0), need_begin, q.H);
-                    // The convolution of the rows not yet made, every filter panel.
-                    const int64_t j_begin = std::max(need_begin, made_end) * q.W, j_end = need_end * q.W;
-                    for (int64_t p = 0; p < filters.panels(); ++p) {
-                        const int64_t m0 = p * width, live = std::min(width, M - m0);
-                        std::fill(panel_bias, panel_bias + kLanePanelWidth, 0.0f);
-                        if (producer.bias != nullptr) std::copy(producer.bias + m0, producer.bias + m0 + live, panel_bias);
-                        float* panel_rows = rows + (m0 / kChannelBlock) * block_floats;
-                        // Position j's row and column, and its place in the ring, stepped along (no division per
-                        // position).
-                        int64_t ih = j_begin / q.W, iw = 0;
-                        float* row_out = panel_rows + ring.row_slot(ih) * q.W * kChannelBlock;
-                        for (int64_t j0 = j_begin; j0 < j_end; j0 += tile_height) {
-                            const int64_t count = std::min(tile_height, j_end - j0);
-                            xs[0] = image + j0 * e;
-                            for (int64_t r = 0; r < count; ++r, ++iw) {
-                                if (iw == q.W) {
-                                    iw = 0;
-                                    row_out = panel_rows + ring.row_slot(++ih) * q.W * kChannelBlock;
-                                }
-                                if (!contiguous) xs[r] = image + (ih * qc.SH * qc.Wp + iw * qc.SW) * e;
-                                outs[r] = row_out + iw * kChannelBlock;
-                            }
-                            const TileOutput to{outs, nullptr, block_floats, int(live / kChannelBlock), conv_epilogue,
-                                                nullptr, 0};
-                            tile_fns[count - 1](depth, filters.panel(p), xs, offsets, panel_bias, to);
-                        }
-                    }
+                    // The producer's rows not yet made.
+                    const int64_t row_begin = std::max(need_begin, made_end);
+                    if (need_end > row_begin) make_rows(n, row_begin, need_end, rows, block_floats, ring);
                     made_end = std::max(made_end, need_end);
                     // The window operation on output rows [o0, o1) from them, into Y or the band.
                     Geometry window = ring;
@@ -969,6 +925,91 @@ void blocked_conv_window2d(ThreadPool& pool, const BlockedProducerConv& producer
             }
         });
     }
+}
+
+}  // namespace
+
+void blocked_conv_window2d(ThreadPool& pool, const BlockedProducerConv& producer, const WindowGeometry& g,
+                           const float* packed_w, const float* bias, const ConvEpilogue* epilogue, int64_t N,
+                           const float* x, float* y, const BlockedConsumerConv* consumer) {
+    const ConvEpilogue* conv_epilogue =
+        producer.epilogue != nullptr && producer.epilogue->active() ? producer.epilogue : nullptr;
+    const LanePackedFilters& filters = *producer.filters;
+    const int64_t M = filters.rows(), C = producer.channels, width = filters.panel_width();
+    const Geometry qc = geometry_of(producer.g, C);  // the convolution's; its output is the window's input
+    const int64_t depth = C * qc.KH * qc.KW;
+    const int64_t e = producer.x_blocked ? kChannelBlock : 1;
+    // A 1x1 stride-1 unpadded convolution reads its positions one after another (one-address tiles).
+    const bool contiguous = qc.KH == 1 && qc.KW == 1 && qc.SH == 1 && qc.SW == 1 && !qc.padded;
+    const std::pair<const PositionTileFn*, int64_t> tiles_of_width = tiles_for(width, contiguous ? e : 0);
+    const PositionTileFn* tile_fns = tiles_of_width.first;
+    const int64_t tile_height = tiles_of_width.second;
+
+    // Step k = (c, kh, kw) of the filters reads its input at a fixed offset from each position's address.
+    int64_t* offsets = thread_scratch_buffer<int64_t, 11>(depth);
+    for (int64_t c = 0, k = 0; c < C; ++c) {
+        const int64_t channel = producer.x_blocked
+                                    ? (c / kChannelBlock) * qc.Hp * qc.Wp * kChannelBlock + c % kChannelBlock
+                                    : c * qc.Hp * qc.Wp;
+        for (int64_t i = 0; i < qc.KH; ++i)
+            for (int64_t j = 0; j < qc.KW; ++j) offsets[k++] = channel + (i * qc.DH * qc.Wp + j * qc.DW) * e;
+    }
+    float* padded = qc.padded ? thread_scratch_buffer<float, 11>(C * qc.Hp * qc.Wp) : nullptr;
+    const float* image = nullptr;
+    auto begin_image = [&](int64_t n) {
+        image = x + n * C * qc.H * qc.W;
+        if (padded != nullptr) {
+            pad_image(pool, qc, image, producer.x_blocked, padded);
+            image = padded;
+        }
+    };
+    // The convolution of rows [row_begin, row_end), every filter panel.
+    auto make_rows = [&](int64_t, int64_t row_begin, int64_t row_end, float* rows, int64_t block_floats,
+                         const Geometry& ring_geometry) {
+        // Local copies: the stores below go through float pointers the compiler cannot tell from these.
+        const Geometry ring = ring_geometry, conv = qc;
+        const float* const x_image = image;
+        alignas(64) float panel_bias[kLanePanelWidth];
+        const float* xs[kMaxTileRows];
+        float* outs[kMaxTileRows];
+        const int64_t W = ring.W, j_begin = row_begin * W, j_end = row_end * W;
+        for (int64_t p = 0; p < filters.panels(); ++p) {
+            const int64_t m0 = p * width, live = std::min(width, M - m0);
+            std::fill(panel_bias, panel_bias + kLanePanelWidth, 0.0f);
+            if (producer.bias != nullptr) std::copy(producer.bias + m0, producer.bias + m0 + live, panel_bias);
+            float* panel_rows = rows + (m0 / kChannelBlock) * block_floats;
+            // Position j's row and column, and its place in the ring, stepped along (no division per position).
+            int64_t ih = row_begin, iw = 0;
+            float* row_out = panel_rows + ring.row_slot(ih) * W * kChannelBlock;
+            for (int64_t j0 = j_begin; j0 < j_end; j0 += tile_height) {
+                const int64_t count = std::min(tile_height, j_end - j0);
+                xs[0] = x_image + j0 * e;
+                for (int64_t r = 0; r < count; ++r, ++iw) {
+                    if (iw == W) {
+                        iw = 0;
+                        row_out = panel_rows + ring.row_slot(++ih) * W * kChannelBlock;
+                    }
+                    if (!contiguous) xs[r] = x_image + (ih * conv.SH * conv.Wp + iw * conv.SW) * e;
+                    outs[r] = row_out + iw * kChannelBlock;
+                }
+                const TileOutput to{outs, nullptr, block_floats, int(live / kChannelBlock), conv_epilogue, nullptr, 0};
+                tile_fns[count - 1](depth, filters.panel(p), xs, offsets, panel_bias, to);
+            }
+        }
+    };
+    window_over_made_rows(pool, M, g, packed_w, bias, epilogue, N, y, consumer, begin_image, make_rows);
+}
+
+void blocked_rows_window2d(ThreadPool& pool, const BlockedRowMaker& maker, int64_t M, const WindowGeometry& g,
+                           const float* packed_w, const float* bias, const ConvEpilogue* epilogue, int64_t N,
+                           float* y) {
+    const int64_t W = g.input[1];
+    window_over_made_rows(pool, M, g, packed_w, bias, epilogue, N, y, nullptr, [](int64_t) {},
+                          [&](int64_t n, int64_t row_begin, int64_t row_end, float* rows, int64_t block_floats,
+                              const Geometry& ring) {
+                              maker.make_rows(n, row_begin, row_end,
+                                              BlockedRing{rows, block_floats, W, ring.ring_rows});
+                          });
 }
 
 // The band a step of blocked_depthwise_pointwise2d makes at most (rows of every channel block), so that it stays in

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -148,6 +149,45 @@ void blocked_depthwise_pointwise2d(ThreadPool& pool, const WindowGeometry& g, co
 void blocked_conv_window2d(ThreadPool& pool, const BlockedProducerConv& producer, const WindowGeometry& g,
                            const float* packed_w, const float* bias, const ConvEpilogue* epilogue, int64_t N,
                            const float* x, float* y, const BlockedConsumerConv* consumer = nullptr);
+
+// Where a producer taken over by a window operation writes its rows: image row r's channel block b (W positions
+// of 16 floats) at rows + b * block_floats + (r % ring_rows) * W * 16.
+struct BlockedRing {
+    float* rows;
+    int64_t block_floats;
+    int64_t W;
+    int64_t ring_rows;
+    float* at(int64_t block, int64_t row, int64_t column) const {
+        return rows + block * block_floats + ((row % ring_rows) * W + column) * kChannelBlock;
+    }
+};
+
+// A producer whose rows a window operation's kernel computes itself, a few at a time, with the producer's own
+// arithmetic (an int8 pointwise convolution whose requantized output is dequantized to floats): one run's maker.
+class BlockedRowMaker {
+public:
+    virtual ~BlockedRowMaker() = default;
+    // Image rows [row_begin, row_end) of image n, every channel, into the ring.  Called from the pool's workers
+    // (inside a parallel region: whatever it splits runs inline), concurrently for different rows.
+    virtual void make_rows(int64_t n, int64_t row_begin, int64_t row_end, const BlockedRing& ring) const = 0;
+};
+
+// A kernel that offers itself as such a producer (ProducerFusingKernel): the geometry the model declares for it
+// when it can be taken over (a pointwise convolution with a blocked output, say), else nullopt; its output
+// channels; and a maker for a run whose X (its input 0) is the taker's input `first_input`, the others following.
+class BlockedRowSource {
+public:
+    virtual ~BlockedRowSource() = default;
+    virtual std::optional<WindowGeometry> row_source_geometry() const = 0;
+    virtual int64_t row_source_filters() const = 0;
+    virtual std::unique_ptr<BlockedRowMaker> row_maker(const KernelContext& ctx, size_t first_input) const = 0;
+};
+
+// Y = depthwise(producer rows) as blocked_conv_window2d, the producer's rows made by `maker` (M channels, a
+// multiple of 16); g is the depthwise convolution's geometry over them.  Y blocked.
+void blocked_rows_window2d(ThreadPool& pool, const BlockedRowMaker& maker, int64_t M, const WindowGeometry& g,
+                           const float* packed_w, const float* bias, const ConvEpilogue* epilogue, int64_t N,
+                           float* y);
 
 // MaxPool from a blocked X to a blocked Y (C a multiple of 16), on the depthwise kernel's loops; every window must
 // hold at least one element of the image.  Splits the work across the pool.  (An AveragePool whose windows all lie

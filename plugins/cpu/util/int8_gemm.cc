@@ -318,6 +318,7 @@ void fallback_gemm(ThreadPool& pool, int64_t M, const void* A, bool a_signed, in
 }  // namespace
 
 bool int8_gemm_uses_vnni() { return isa() != Isa::Fallback; }
+bool int8_gemm_uses_amx() { return isa() == Isa::Amx; }
 
 namespace {
 

@@ -17,6 +17,8 @@ namespace tessera::cpu {
 
 // Whether int8_gemm runs on AMX or AVX-512 VNNI on this CPU (else on the floating-point fallback).
 bool int8_gemm_uses_vnni();
+// Whether it runs on AMX tiles (32 rows of A at a time: the row blocks int8_gemm_streaming hands its sink).
+bool int8_gemm_uses_amx();
 
 // A K x N operand of int8 or uint8 elements, packed once for int8_gemm: element (k, n) is
 // data[k * row_stride + n * column_stride] (a transposed matrix packs by swapping the strides).  With a pool, the

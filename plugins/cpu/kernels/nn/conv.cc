@@ -245,6 +245,15 @@ public:
     bool can_absorb(size_t input, const Kernel& producer) const override {
         if (const auto* window = dynamic_cast<const ConvKernel*>(&producer); window != nullptr && !depthwise_)
             return input == 0 && takes_over_window(*window);
+        // A producer that makes its rows on request (an int8 pointwise convolution dequantized to floats).
+        if (const auto* rows = dynamic_cast<const BlockedRowSource*>(&producer); rows != nullptr) {
+            if (input != 0 || !depthwise_ || depthwise_filters_.empty() || epilogue_.has_sum || !declared_ ||
+                declared_->rank() != 2)
+                return false;
+            const std::optional<WindowGeometry> g = rows->row_source_geometry();
+            return g && g->is_pointwise() && rows->row_source_filters() == packed_shape_[0] &&
+                   packed_shape_[0] * declared_->input_size() * int64_t(sizeof(float)) >= kTakenOverMinBytes;
+        }
         const auto* source = dynamic_cast<const BlockedConvSource*>(&producer);
         if (input != 0 || source == nullptr || !depthwise_ || depthwise_filters_.empty() || epilogue_.has_sum ||
             !declared_ || declared_->rank() != 2)
@@ -288,7 +297,8 @@ public:
 
     void compute(KernelContext& ctx) const override {
         if (absorbed_) {
-            if (depthwise_) compute_with_pointwise(ctx);
+            if (depthwise_ && dynamic_cast<const BlockedRowSource*>(absorbed_.get()) != nullptr) compute_with_rows(ctx);
+            else if (depthwise_) compute_with_pointwise(ctx);
             else compute_with_window(ctx);
             return;
         }
@@ -465,6 +475,25 @@ private:
         if (Y.size() == 0) return;
         blocked_conv_window2d(ctx.pool(), *window.producer, window.g, depthwise_filters_.data(), window.bias,
                               &epilogue_, N, X.ptr<float>(), Y.ptr<float>());
+    }
+
+    // The depthwise convolution of a producer that makes its rows on request (BlockedRowSource), whose inputs
+    // (its X first) follow this step's own.
+    void compute_with_rows(KernelContext& ctx) const {
+        const auto& source = dynamic_cast<const BlockedRowSource&>(*absorbed_);
+        const std::unique_ptr<BlockedRowMaker> maker = source.row_maker(ctx, absorbed_inputs_);
+        const Tensor& X = ctx.input(absorbed_inputs_);
+        const int64_t N = X.shape[0], M = packed_shape_[0];
+        const Tensor* B = bias(ctx);
+        if (B != nullptr && (B->type != TESS_ELEMENT_FLOAT32 || B->rank() != 1 || B->shape[0] != M))
+            throw KernelError("Conv: B " + shape_string(B->shape) + " must be float [" + std::to_string(M) + "]");
+        // The producer is pointwise: its output has X's positions.
+        const WindowGeometry g = resolve_window("Conv", attrs_, Shape(X.shape.begin() + 2, X.shape.end()),
+                                                Shape(packed_shape_.begin() + 2, packed_shape_.end()));
+        Tensor& Y = ctx.output(0, TESS_ELEMENT_FLOAT32, Shape{N, M, g.output[0], g.output[1]});
+        if (Y.size() == 0) return;
+        blocked_rows_window2d(ctx.pool(), *maker, M, g, depthwise_filters_.data(), B != nullptr ? B->ptr<float>() : nullptr,
+                              &epilogue_, N, Y.ptr<float>());
     }
 
     // This pointwise convolution of the depthwise convolution it took over (and of that one's expansion, if it took

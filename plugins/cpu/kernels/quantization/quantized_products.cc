@@ -16,6 +16,7 @@
 #include "kernels/quantization/quantize_support.h"
 #include "kernels/quantization/requantize.h"
 #include "util/axes.h"
+#include "util/blocked_conv.h"
 #include "util/element_convert.h"
 #include "util/gemm.h"
 #include "util/im2col.h"
@@ -240,90 +241,68 @@ void weighted_sums(const float* const* in, const float* tap, int64_t taps, int64
     });
 }
 
+// A DequantizeLinear fused into the QLinearConv before it: y = (float(q) - zero) * scale.
+struct Dequantization {
+    float scale;
+    float zero;
+    bool signed_bytes;  // the requantized bytes (after the table, if any) are int8, else uint8
+};
+
 // The convolution of 8-bit operands: sums[n, m, position] = sum over the window of (x - x_zero_point) *
 // (w - w_zero_point[m]), one int8_gemm per image and group with the filters as A and the image's columns as B.
-class IntegerConvKernel final : public Kernel {
+class IntegerConvKernel final : public Kernel, public BlockedLayoutKernel, public BlockedRowSource {
 public:
     // quantized: QLinearConv (inputs x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B);
     // otherwise ConvInteger (x, w, x_zero_point, w_zero_point).  with_table: the fused QLinearConv
     // (TESS_FUSED_OPS_DOMAIN) that the optimizer makes of a QLinearConv and the QuantizedLookup reading it; input 9
     // is the lookup's constant table, [M, 256] or [1, 256] of the output's 8-bit type, which every requantized byte
-    // goes through while it is in cache.
-    IntegerConvKernel(const NodeInfo& info, bool quantized, bool with_table = false)
+    // goes through while it is in cache (an empty input 9: no table).  Inputs 10 and 11, when given, are the
+    // constant scale (float32) and zero point of a DequantizeLinear of the output, also fused: the output is then
+    // float32, (float(q) - zero_point) * scale, written NCHW or in the blocked layout the depthwise convolution that
+    // usually reads it takes (quantize_static leaves those float).  One group only.
+    IntegerConvKernel(const NodeInfo& info, bool quantized, bool fused = false)
         : op_(info.op_type()),
           quantized_(quantized),
           attrs_(WindowAttributes::parse(info)),
           group_(info.attr_int("group", 1)) {
         if (group_ < 1) throw KernelError(op_ + ": group must be positive, got " + std::to_string(group_));
-        if (with_table) load_table(info);
+        if (fused && info.has_input(9)) load_table(info);
+        if (fused && info.has_input(10)) load_dequantization(info);
         prepack_filters(info);
     }
 
+    bool reads_blocked(size_t) const override { return false; }
+    bool writes_blocked() const override { return blocked_capable_; }
+    void set_layout(const std::vector<bool>&, bool blocked_output) override {
+        y_blocked_ = blocked_capable_ && blocked_output;
+    }
+
     void compute(KernelContext& ctx) const override {
-        const size_t w_input = quantized_ ? 3 : 1, x_zero_input = 2, w_zero_input = quantized_ ? 5 : 3;
-        const Tensor& X = ctx.input(0);
-        const Tensor& W = packed_filters_.empty() ? ctx.input(w_input) : filters_view_;
-        check_8bit(op_, "x", X);
-        check_8bit(op_, "w", W);
-        const WindowGeometry g = geometry(X, W);
-        const int64_t M = W.shape[0];
-        Shape output_shape{X.shape[0], M};
-        output_shape.insert(output_shape.end(), g.output.begin(), g.output.end());
-
-        const Tensor* x_zero_point = ctx.has_input(x_zero_input) ? &ctx.input(x_zero_input) : nullptr;
-        if (x_zero_point && x_zero_point->size() != 1) {
-            throw KernelError(op_ + ": x_zero_point must be a scalar, got " + shape_string(x_zero_point->shape));
-        }
-        const ZeroPoints x_zero = ZeroPoints::load(op_, x_zero_point, X);
-        ZeroPoints w_zero = ZeroPoints::load(op_, ctx.has_input(w_zero_input) ? &ctx.input(w_zero_input) : nullptr, W);
-        if (ctx.has_input(w_zero_input)) w_zero.index = per_channel_index(ctx.input(w_zero_input), M, "w_zero_point");
-
+        const Run run = prepare(ctx, 0);
         if (!quantized_) {
-            Tensor& Y = ctx.output(0, TESS_ELEMENT_INT32, output_shape);
-            convolve(ctx.pool(), g, X, x_zero.values[0], W, w_zero.rows(0, M), Y.ptr<int32_t>(), nullptr);
+            Tensor& Y = ctx.output(0, TESS_ELEMENT_INT32, run.output_shape);
+            convolve(ctx.pool(), run.g, *run.X, run.x_zero, *run.W, run.w_zero, Y.ptr<int32_t>(), nullptr);
             return;
         }
+        const int32_t y_type = dequantize_ ? TESS_ELEMENT_FLOAT32 : table_.empty() ? run.out.type : table_type_;
+        Tensor& Y = ctx.output(0, y_type, run.output_shape);
+        if (y_blocked_ && (run.output_shape.size() != 4 || run.M % kChannelBlock != 0))
+            throw KernelError(op_ + ": a blocked output " + shape_string(run.output_shape) + " must be [N, 16k, H, W]");
+        const Requantization requantization = run.requantization(*this, Y.data);
+        convolve(ctx.pool(), run.g, *run.X, run.x_zero, *run.W, run.w_zero, nullptr, &requantization);
+    }
 
-        const Tensor& x_scale = ctx.input(1);
-        const Tensor& w_scale = ctx.input(4);
-        const Tensor& y_scale = ctx.input(6);
-        for (const Tensor* s : {&x_scale, &w_scale, &y_scale}) {
-            if (s->type != TESS_ELEMENT_FLOAT32) throw_unsupported_type(op_ + " scale", s->type);
-        }
-        if (x_scale.size() != 1 || y_scale.size() != 1)
-            throw KernelError(op_ + ": x_scale and y_scale must be scalars");
-        const ParamIndex w_scale_index = per_channel_index(w_scale, M, "w_scale");
-        OutputQuantization out;
-        out.type = ctx.has_input(7) ? ctx.input(7).type : X.type;
-        if (out.type != TESS_ELEMENT_INT8 && out.type != TESS_ELEMENT_UINT8)
-            throw_unsupported_type(op_ + " y", out.type);
-        if (ctx.has_input(7)) {
-            if (ctx.input(7).size() != 1) throw KernelError(op_ + ": y_zero_point must be a scalar");
-            out.zero_point = load_all(ctx.input(7))[0];
-        }
-        out.range = *integer_range(out.type);
-        const int32_t* bias = nullptr;
-        if (ctx.has_input(8)) {
-            const Tensor& B = ctx.input(8);
-            if (B.type != TESS_ELEMENT_INT32) throw_unsupported_type(op_ + " B", B.type);
-            if (B.shape != Shape{M}) {
-                throw KernelError(op_ + ": B " + shape_string(B.shape) + " must be [" + std::to_string(M) + "]");
-            }
-            bias = B.ptr<int32_t>();
-        }
-        // multiplier[m] = x_scale * w_scale[m] / y_scale in float, as the reference computes it.
-        const float xs = x_scale.ptr<float>()[0], ys = y_scale.ptr<float>()[0];
-        std::vector<float> multipliers(static_cast<size_t>(M));
-        for (int64_t m = 0; m < M; ++m) multipliers[m] = (xs * w_scale.ptr<float>()[w_scale_index(m, 0)]) / ys;
-
-        if (!table_.empty() && table_rows_ != 1 && table_rows_ != M) {
-            throw KernelError(op_ + ": the lookup table has " + std::to_string(table_rows_) + " rows for " +
-                              std::to_string(M) + " output channels");
-        }
-        Tensor& Y = ctx.output(0, table_.empty() ? out.type : table_type_, output_shape);
-        const Requantization requantization{bias, multipliers.data(), out, Y.data,
-                                            table_.empty() ? nullptr : table_.data(), table_rows_ != 1};
-        convolve(ctx.pool(), g, X, x_zero.values[0], W, w_zero.rows(0, M), nullptr, &requantization);
+    // As a producer a depthwise convolution takes over (BlockedRowSource): a pointwise QLinearConvToFloat whose
+    // blocked output that convolution alone reads.
+    std::optional<WindowGeometry> row_source_geometry() const override {
+        if (!dequantize_ || !y_blocked_ || !declared_ || !declared_->is_pointwise() || declared_->rank() != 2 ||
+            packed_filters_.size() != 1)
+            return std::nullopt;
+        return declared_;
+    }
+    int64_t row_source_filters() const override { return filters_view_.rank() > 0 ? filters_view_.shape[0] : 0; }
+    std::unique_ptr<BlockedRowMaker> row_maker(const KernelContext& ctx, size_t first_input) const override {
+        return std::make_unique<RowMaker>(*this, prepare(ctx, first_input), ctx.pool());
     }
 
 private:
@@ -361,9 +340,11 @@ private:
         const int32_t* bias;  // may be null
         const float* multipliers;
         OutputQuantization out;
-        void* y;                // [N, M, positions] of out.type (or of the table's type)
+        void* y;                // [N, M, positions] of out.type (or of the table's type, or float32)
         const uint8_t* tables;  // null, or the lookup tables: [M][256] (per_channel) or [256]
         bool per_channel;
+        const struct Dequantization* dequantize;  // null, or how the bytes become float32 outputs
+        bool blocked;                             // a float32 y in the blocked layout
 
         // The table of output channel m (null without tables).
         const uint8_t* table(int64_t m) const { return tables ? tables + (per_channel ? m * 256 : 0) : nullptr; }
@@ -378,21 +359,233 @@ private:
     template <typename Out> class RequantizingSink final : public Int8GemmSink {
     public:
         RequantizingSink(const Requantization& r, int64_t first_filter, int64_t first_row, int64_t positions)
-            : r_(r), first_filter_(first_filter), y_(static_cast<Out*>(r.y) + first_row * positions),
-              positions_(positions) {}
+            : r_(r), first_filter_(first_filter), first_row_(first_row), positions_(positions) {}
         void write(int64_t m0, int64_t rows, int64_t n0, int64_t columns, const int32_t* sums,
                    int64_t ld) const override {
             const int64_t filter = first_filter_ + m0;
-            requantize_rows(sums, ld, rows, columns, r_.bias ? r_.bias + filter : nullptr, r_.multipliers + filter,
-                            r_.out, y_ + m0 * positions_ + n0, positions_, r_.table(filter), r_.per_channel);
+            const int32_t* bias = r_.bias ? r_.bias + filter : nullptr;
+            if (r_.dequantize == nullptr) {
+                Out* y = static_cast<Out*>(r_.y) + (first_row_ + m0) * positions_ + n0;
+                requantize_rows(sums, ld, rows, columns, bias, r_.multipliers + filter, r_.out, y, positions_,
+                                r_.table(filter), r_.per_channel);
+                return;
+            }
+            // The bytes in this thread's staging rows first, then dequantized from there into Y.
+            uint8_t* bytes = thread_scratch_buffer<uint8_t, 26>(rows * columns);
+            requantize_rows(sums, ld, rows, columns, bias, r_.multipliers + filter, r_.out,
+                            reinterpret_cast<Out*>(bytes), columns, r_.table(filter), r_.per_channel);
+            const Dequantization& dq = *r_.dequantize;
+            if (dq.signed_bytes) dequantize(reinterpret_cast<const int8_t*>(bytes), m0, rows, n0, columns);
+            else dequantize(bytes, m0, rows, n0, columns);
         }
 
     private:
+        template <typename Q> void dequantize(const Q* staging, int64_t m0, int64_t rows, int64_t n0,
+                                              int64_t columns) const {
+            const Dequantization& dq = *r_.dequantize;
+            float* y = static_cast<float*>(r_.y);
+            const int64_t row = first_row_ + m0;
+            if (r_.blocked) {  // whole blocks of 16 channels (blocked_capable_: AMX tiles of 32 rows)
+                for (int64_t b = 0; b < rows; b += kChannelBlock) {
+                    dequantize_to_blocked(staging + b * columns, columns, columns, dq.scale, dq.zero,
+                                          y + ((row + b) / kChannelBlock * positions_ + n0) * kChannelBlock);
+                }
+                return;
+            }
+            for (int64_t r = 0; r < rows; ++r) {
+                dequantize_row(staging + r * columns, columns, dq, y + (row + r) * positions_ + n0);
+            }
+        }
+
         const Requantization& r_;
-        int64_t first_filter_;
-        Out* y_;
+        int64_t first_filter_, first_row_;
         int64_t positions_;
     };
+
+    // One run's operands and parameters, checked (inputs from `first` on: 0 for the kernel's own step, elsewhere
+    // when a depthwise convolution took it over).
+    struct Run {
+        const Tensor* X;
+        const Tensor* W;
+        WindowGeometry g;
+        int64_t M;
+        Shape output_shape;
+        int32_t x_zero;
+        std::vector<int32_t> w_zero;  // per filter
+        // QLinearConv only:
+        OutputQuantization out;
+        const int32_t* bias = nullptr;
+        std::vector<float> multipliers;
+
+        Requantization requantization(const IntegerConvKernel& k, void* y) const {
+            return Requantization{bias, multipliers.data(), out, y, k.table_.empty() ? nullptr : k.table_.data(),
+                                  k.table_rows_ != 1, k.dequantize_ ? &*k.dequantize_ : nullptr, k.y_blocked_};
+        }
+    };
+
+    Run prepare(const KernelContext& ctx, size_t first) const {
+        const size_t w_input = quantized_ ? 3 : 1, x_zero_input = 2, w_zero_input = quantized_ ? 5 : 3;
+        auto has = [&](size_t i) { return ctx.has_input(first + i); };
+        auto input = [&](size_t i) -> const Tensor& { return ctx.input(first + i); };
+        Run run;
+        run.X = &input(0);
+        run.W = packed_filters_.empty() ? &input(w_input) : &filters_view_;
+        const Tensor& X = *run.X;
+        const Tensor& W = *run.W;
+        check_8bit(op_, "x", X);
+        check_8bit(op_, "w", W);
+        run.g = geometry(X, W);
+        const int64_t M = run.M = W.shape[0];
+        run.output_shape = Shape{X.shape[0], M};
+        run.output_shape.insert(run.output_shape.end(), run.g.output.begin(), run.g.output.end());
+
+        const Tensor* x_zero_point = has(x_zero_input) ? &input(x_zero_input) : nullptr;
+        if (x_zero_point && x_zero_point->size() != 1) {
+            throw KernelError(op_ + ": x_zero_point must be a scalar, got " + shape_string(x_zero_point->shape));
+        }
+        run.x_zero = ZeroPoints::load(op_, x_zero_point, X).values[0];
+        ZeroPoints w_zero = ZeroPoints::load(op_, has(w_zero_input) ? &input(w_zero_input) : nullptr, W);
+        if (has(w_zero_input)) w_zero.index = per_channel_index(input(w_zero_input), M, "w_zero_point");
+        run.w_zero = w_zero.rows(0, M);
+        if (!quantized_) return run;
+
+        const Tensor& x_scale = input(1);
+        const Tensor& w_scale = input(4);
+        const Tensor& y_scale = input(6);
+        for (const Tensor* s : {&x_scale, &w_scale, &y_scale}) {
+            if (s->type != TESS_ELEMENT_FLOAT32) throw_unsupported_type(op_ + " scale", s->type);
+        }
+        if (x_scale.size() != 1 || y_scale.size() != 1)
+            throw KernelError(op_ + ": x_scale and y_scale must be scalars");
+        const ParamIndex w_scale_index = per_channel_index(w_scale, M, "w_scale");
+        OutputQuantization& out = run.out;
+        out.type = has(7) ? input(7).type : X.type;
+        if (out.type != TESS_ELEMENT_INT8 && out.type != TESS_ELEMENT_UINT8)
+            throw_unsupported_type(op_ + " y", out.type);
+        if (has(7)) {
+            if (input(7).size() != 1) throw KernelError(op_ + ": y_zero_point must be a scalar");
+            out.zero_point = load_all(input(7))[0];
+        }
+        out.range = *integer_range(out.type);
+        if (has(8)) {
+            const Tensor& B = input(8);
+            if (B.type != TESS_ELEMENT_INT32) throw_unsupported_type(op_ + " B", B.type);
+            if (B.shape != Shape{M}) {
+                throw KernelError(op_ + ": B " + shape_string(B.shape) + " must be [" + std::to_string(M) + "]");
+            }
+            run.bias = B.ptr<int32_t>();
+        }
+        // multiplier[m] = x_scale * w_scale[m] / y_scale in float, as the reference computes it.
+        const float xs = x_scale.ptr<float>()[0], ys = y_scale.ptr<float>()[0];
+        run.multipliers.resize(static_cast<size_t>(M));
+        for (int64_t m = 0; m < M; ++m) run.multipliers[m] = (xs * w_scale.ptr<float>()[w_scale_index(m, 0)]) / ys;
+        if (!table_.empty() && table_rows_ != 1 && table_rows_ != M) {
+            throw KernelError(op_ + ": the lookup table has " + std::to_string(table_rows_) + " rows for " +
+                              std::to_string(M) + " output channels");
+        }
+        return run;
+    }
+
+    // A run's rows for the depthwise convolution that took this one over: the int8 product of the rows' positions
+    // (int8_gemm_streaming, inline on the calling worker), requantized, looked up and dequantized into the ring.
+    class RowMaker final : public BlockedRowMaker {
+    public:
+        RowMaker(const IntegerConvKernel& k, Run run, ThreadPool& pool)
+            : kernel_(k), run_(std::move(run)), requantization_(run_.requantization(k, nullptr)), pool_(pool) {
+            const Tensor& X = *run_.X;
+            if (X.rank() != 4 || run_.g.rank() != 2 || !run_.g.is_pointwise() || run_.M % kChannelBlock != 0)
+                throw KernelError(kernel_.op_ + ": x " + shape_string(X.shape) + " of the convolution taken over must "
+                                                "be [N, C, H, W] for a pointwise one with whole blocks of filters");
+        }
+
+        void make_rows(int64_t n, int64_t row_begin, int64_t row_end, const BlockedRing& ring) const override {
+            const Tensor& X = *run_.X;
+            const int64_t C = X.shape[1], W = X.shape[3], P = X.shape[2] * W;
+            const int64_t j0 = row_begin * W, count = (row_end - row_begin) * W;
+            const auto* image = static_cast<const uint8_t*>(X.data) + n * C * P + j0;
+            dispatch_8bit(run_.out.type, [&]<typename Out>() {
+                const RingSink<Out> sink(requantization_, ring, j0, W);
+                int8_gemm_streaming(pool_, kernel_.packed_filters_[0], image, X.type == TESS_ELEMENT_INT8, P, count,
+                                    run_.w_zero.data(), run_.x_zero, sink);
+            });
+        }
+
+    private:
+        const IntegerConvKernel& kernel_;
+        Run run_;
+        Requantization requantization_;
+        ThreadPool& pool_;
+    };
+
+    // The sums of positions [j0, j0 + columns) requantized, looked up and dequantized into a ring of image rows.
+    template <typename Out> class RingSink final : public Int8GemmSink {
+    public:
+        RingSink(const Requantization& r, const BlockedRing& ring, int64_t j0, int64_t W)
+            : r_(r), ring_(ring), j0_(j0), W_(W) {}
+        void write(int64_t m0, int64_t rows, int64_t n0, int64_t columns, const int32_t* sums,
+                   int64_t ld) const override {
+            uint8_t* bytes = thread_scratch_buffer<uint8_t, 26>(rows * columns);
+            requantize_rows(sums, ld, rows, columns, r_.bias ? r_.bias + m0 : nullptr, r_.multipliers + m0, r_.out,
+                            reinterpret_cast<Out*>(bytes), columns, r_.table(m0), r_.per_channel);
+            if (r_.dequantize->signed_bytes) store(reinterpret_cast<const int8_t*>(bytes), m0, rows, n0, columns);
+            else store(bytes, m0, rows, n0, columns);
+        }
+
+    private:
+        // Blocks of 16 channels (AMX row blocks of 32: whole blocks), one image row's run of positions at a time.
+        template <typename Q> void store(const Q* staging, int64_t m0, int64_t rows, int64_t n0,
+                                         int64_t columns) const {
+            const Dequantization& dq = *r_.dequantize;
+            for (int64_t b = 0; b < rows; b += kChannelBlock) {
+                for (int64_t c = 0; c < columns;) {
+                    const int64_t p = j0_ + n0 + c, row = p / W_, column = p % W_;
+                    const int64_t run = std::min(columns - c, W_ - column);
+                    dequantize_to_blocked(staging + b * columns + c, columns, run, dq.scale, dq.zero,
+                                          ring_.at((m0 + b) / kChannelBlock, row, column));
+                    c += run;
+                }
+            }
+        }
+
+        const Requantization& r_;
+        BlockedRing ring_;
+        int64_t j0_, W_;
+    };
+
+    // y[j] = (float(q[j]) - zero) * scale for j < n: DequantizeLinear's arithmetic (the difference is exact).
+    template <typename Q> static void dequantize_row(const Q* q, int64_t n, const Dequantization& dq, float* y) {
+        const float scale = dq.scale, zero = dq.zero;
+        vec::run_best_isa([=] {
+            for (int64_t j = 0; j < n; ++j) y[j] = (static_cast<float>(q[j]) - zero) * scale;
+        });
+    }
+
+    void load_dequantization(const NodeInfo& info) {
+        const std::optional<Tensor> scale = info.constant_tensor(10);
+        const std::optional<Tensor> zero = info.has_input(11) ? info.constant_tensor(11) : std::nullopt;
+        if (!scale || scale->type != TESS_ELEMENT_FLOAT32 || scale->size() != 1 ||
+            (info.has_input(11) && (!zero || !is_8bit(zero->type) || zero->size() != 1)))
+            throw KernelError(op_ + ": the fused dequantization (inputs 10, 11) must be a constant float32 scale and "
+                                    "8-bit zero point, one each");
+        if (group_ != 1) throw KernelError(op_ + ": a fused dequantization takes one group");
+        // The bytes dequantized are the table's when there is one, else the requantized output's (y_zero_point).
+        const int32_t bytes_type = !table_.empty() ? table_type_ : info.has_input(7) ? info.input_type(7) : info.input_type(0);
+        if (zero && zero->type != bytes_type)
+            throw KernelError(op_ + ": the fused dequantization's zero point is not of the requantized bytes' type");
+        dequantize_ = Dequantization{static_cast<const float*>(scale->data)[0],
+                                     zero ? static_cast<float>(load_all(*zero)[0]) : 0.0f,
+                                     bytes_type == TESS_ELEMENT_INT8};
+        // Blocked output: a declared [N, C, H, W] input, constant filters whose count is whole blocks, and AMX row
+        // blocks (of 32 rows, so that every block of 16 channels reaches the sink whole).
+        const std::optional<Tensor> W = info.constant_tensor(quantized_ ? 3 : 1);
+        const std::optional<Shape> x_shape = info.input_shape(0);
+        blocked_capable_ = int8_gemm_uses_amx() && blocked_layout_enabled() && x_shape && x_shape->size() == 4 &&
+                           W && W->rank() == 4 && W->shape[0] % kChannelBlock == 0;
+        if (blocked_capable_ && std::all_of(x_shape->begin(), x_shape->end(), [](int64_t d) { return d > 0; })) {
+            declared_ = resolve_window(op_, attrs_, Shape(x_shape->begin() + 2, x_shape->end()),
+                                       Shape(W->shape.begin() + 2, W->shape.end()));
+        }
+    }
 
     void load_table(const NodeInfo& info) {
         const std::optional<Tensor> table = info.constant_tensor(9);
@@ -645,6 +838,10 @@ private:
     bool quantized_;
     WindowAttributes attrs_;
     int64_t group_;
+    std::optional<Dequantization> dequantize_;  // the fused DequantizeLinear of the output
+    std::optional<WindowGeometry> declared_;   // the geometry the model declares, where a blocked output may be
+    bool blocked_capable_ = false;             // may write a blocked y (writes_blocked)
+    bool y_blocked_ = false;
     std::vector<uint8_t> table_;  // the fused lookup's [table_rows_][256] bytes (empty: none)
     int64_t table_rows_ = 1;
     int32_t table_type_ = TESS_ELEMENT_UINT8;
@@ -689,7 +886,8 @@ void register_quantized_product_kernels(KernelRegistry& registry) {
                            .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
                                return std::make_unique<IntegerConvKernel>(info, true);
                            }});
-    // QLinearConv -> QuantizedLookup, fused by the optimizer (core/optimizer/fuse_quantized_lookup.cc).
+    // QLinearConv -> QuantizedLookup, and QLinearConv [-> QuantizedLookup] -> DequantizeLinear, fused by the
+    // optimizer (core/optimizer/fuse_quantized_lookup.cc).
     registry.add(KernelDef{.domain = TESS_FUSED_OPS_DOMAIN,
                            .op_type = "QLinearConv",
                            .since_version = 1,
@@ -697,6 +895,20 @@ void register_quantized_product_kernels(KernelRegistry& registry) {
                            .input_types = {{0, k8bit}, {3, k8bit}, {7, k8bit}, {9, k8bit}},
                            .memory = KernelMemory::Normal,
                            .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
+                               if (info.input_count() > 10)
+                                   throw KernelError("QLinearConv (fused): at most 10 inputs");
+                               return std::make_unique<IntegerConvKernel>(info, true, true);
+                           }});
+    registry.add(KernelDef{.domain = TESS_FUSED_OPS_DOMAIN,
+                           .op_type = "QLinearConvToFloat",
+                           .since_version = 1,
+                           .end_version = 0,
+                           .input_types = {{0, k8bit}, {3, k8bit}, {7, k8bit}, {9, k8bit},
+                                           {10, {TESS_ELEMENT_FLOAT32}}, {11, k8bit}},
+                           .memory = KernelMemory::Normal,
+                           .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
+                               if (!info.has_input(10))
+                                   throw KernelError("QLinearConvToFloat: the scale (input 10) is required");
                                return std::make_unique<IntegerConvKernel>(info, true, true);
                            }});
 }
