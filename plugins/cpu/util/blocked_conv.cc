@@ -1145,6 +1145,10 @@ void blocked_depthwise_pointwise2d(ThreadPool&, const WindowGeometry&, const flo
                                    int64_t, int64_t, const float*, const BlockedConsumerConv&, float*) {
     x86_kernel_unavailable(__func__);
 }
+void blocked_rows_window2d(ThreadPool&, const BlockedRowMaker&, int64_t, const WindowGeometry&, const float*,
+                           const float*, const ConvEpilogue*, int64_t, float*) {
+    x86_kernel_unavailable(__func__);
+}
 void blocked_max_pool2d(ThreadPool&, const WindowGeometry&, int64_t, int64_t, const float*, float*) {
     x86_kernel_unavailable(__func__);
 }
