@@ -4,6 +4,7 @@
 // choose the layout are checked through the C API in tests/core/test_blocked_layout.cc.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <random>
@@ -329,4 +330,55 @@ TEST(BlockedLayout, WinogradMatchesPlainConvolution) {
 }
 
 }  // namespace
+// QuantizeLinear out of the blocked layout against the NCHW semantics computed lane by lane: y =
+// saturate(round_half_even(x / scale) + zero).  The values include exact halves of the scale and their float
+// neighbours (where a product by the reciprocal would round differently), NaN, infinities and values far out of
+// range, beside random ones; the count covers whole 16-position blocks and a tail.
+template <typename Out> void check_quantize_from_blocked(float scale, float zero, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const int64_t positions = 64 * 3 + 21, count = positions;
+    std::vector<float> src(static_cast<size_t>(count * 16));
+    std::uniform_real_distribution<float> wide(-300.0f, 300.0f);
+    std::uniform_int_distribution<int> pick(0, 9), halves(-200, 200);
+    for (float& v : src) {
+        const float half = (static_cast<float>(halves(rng)) + 0.5f) * scale;
+        switch (pick(rng)) {
+            case 0: v = half; break;
+            case 1: v = std::nextafter(half, 1e30f); break;
+            case 2: v = std::nextafter(half, -1e30f); break;
+            case 3: v = static_cast<float>(halves(rng)) * scale; break;
+            default: v = wide(rng) * scale * 0.7f; break;
+        }
+    }
+    src[5] = std::nanf("");
+    src[17] = INFINITY;
+    src[40] = -INFINITY;
+    src[77] = 1e30f;
+    src[78] = -1e30f;
+    std::vector<Out> y(static_cast<size_t>(16 * positions));
+    quantize_from_blocked(src.data(), count, scale, zero, positions, y.data());
+    const double low = std::is_same_v<Out, uint8_t> ? 0 : -128, high = std::is_same_v<Out, uint8_t> ? 255 : 127;
+    for (int64_t p = 0; p < count; ++p) {
+        for (int64_t c = 0; c < 16; ++c) {
+            const float x = src[p * 16 + c];
+            const float quotient = x / scale;
+            const double rounded = std::isnan(quotient) ? low : std::nearbyint(double(quotient)) + zero;
+            const auto expected = static_cast<Out>(std::clamp(rounded, low, high));
+            ASSERT_EQ(int(y[c * positions + p]), int(expected))
+                << "x " << x << " scale " << scale << " zero " << zero << " position " << p << " channel " << c;
+        }
+    }
+}
+
+TEST(BlockedLayout, QuantizeMatchesPlainQuantization) {
+    if (!lane_gemm_supported()) GTEST_SKIP() << "the blocked layout needs AVX-512F (or TESSERA_CPU_MAX_ISA caps it)";
+    uint32_t seed = 50;
+    for (float scale : {0.037f, 0.1f, 1.0f / 3.0f, 2.5f, 1e-3f}) {
+        check_quantize_from_blocked<uint8_t>(scale, 128.0f, ++seed);
+        check_quantize_from_blocked<uint8_t>(scale, 3.0f, ++seed);
+        check_quantize_from_blocked<int8_t>(scale, -5.0f, ++seed);
+        check_quantize_from_blocked<int8_t>(scale, 0.0f, ++seed);
+    }
+}
+
 }  // namespace tessera::cpu
