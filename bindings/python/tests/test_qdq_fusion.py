@@ -396,13 +396,19 @@ def _depthwise_island(zero_type, residual):
 
 @pytest.mark.parametrize("zero_type", [np.uint8, np.int8], ids=["uint8", "int8"])
 @pytest.mark.parametrize("residual", [False, True], ids=["", "residual"])
-def test_float_depthwise_island_in_the_blocked_layout_matches_nchw(monkeypatch, zero_type, residual):
-    """The CPU provider holds the island blocked (DequantizeLinear writes the layout, QuantizeLinear reads it) where
-    it can; the results are those of the NCHW run bit for bit, and unoptimized onnxruntime's (float convolution,
-    summed in another order) within one step of the output's quantization."""
+def test_float_depthwise_island_in_the_blocked_layout_matches_nchw(monkeypatch, tmp_path, zero_type, residual):
+    """The CPU provider holds the island blocked (DequantizeLinear writes the layout, QuantizeLinear reads it, and
+    takes the depthwise convolution over: its rows are quantized as they are made) where it can; the results are
+    those of the NCHW run bit for bit, and unoptimized onnxruntime's (float convolution, summed in another order)
+    within one step of the output's quantization."""
     model = _depthwise_island(zero_type, residual)
     x = (RNG.standard_normal((2, 32, 10, 12)) * 4).astype(np.float32)  # saturates at both ends too
-    blocked = tessera.InferenceSession(model).run(None, {"x": x})[0]
+    trace = tmp_path / "trace.json"
+    session = tessera.InferenceSession(model, profile_file=str(trace))
+    blocked = session.run(None, {"x": x})[0]
+    session.end_profiling()
+    steps = {e["args"].get("op_type") for e in json.load(open(trace))["traceEvents"] if e["cat"] == "node"}
+    assert ("Conv+QuantizeLinear" in steps) == _blocked_layout_available(), steps
     monkeypatch.setenv("TESSERA_CPU_BLOCKED_LAYOUT", "0")
     nchw = tessera.InferenceSession(model).run(None, {"x": x})[0]
     np.testing.assert_array_equal(blocked, nchw)
@@ -413,10 +419,24 @@ def test_float_depthwise_island_in_the_blocked_layout_matches_nchw(monkeypatch, 
     np.testing.assert_allclose(blocked, theirs, atol=0.061, rtol=0)
 
 
+def _blocked_layout_available():
+    """Whether the CPU provider uses its blocked layout here (AVX-512F, not capped by TESSERA_CPU_MAX_ISA nor
+    turned off by TESSERA_CPU_BLOCKED_LAYOUT=0)."""
+    if os.environ.get("TESSERA_CPU_MAX_ISA", "") not in ("", "avx512", "amx") or \
+            os.environ.get("TESSERA_CPU_BLOCKED_LAYOUT") == "0":
+        return False
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return " avx512f" in f.read()
+    except OSError:
+        return False
+
+
 def _amx_available():
-    """Whether the CPU provider runs int8 products on AMX here: the CPU has AMX-INT8 and TESSERA_CPU_MAX_ISA does
-    not cap it (util/int8_gemm.h)."""
-    if os.environ.get("TESSERA_CPU_MAX_ISA", "") not in ("", "amx"):
+    """Whether the CPU provider runs int8 products on AMX into its blocked layout here: the CPU has AMX-INT8 and
+    neither TESSERA_CPU_MAX_ISA nor TESSERA_CPU_BLOCKED_LAYOUT=0 rules it out (util/int8_gemm.h)."""
+    if os.environ.get("TESSERA_CPU_MAX_ISA", "") not in ("", "amx") or \
+            os.environ.get("TESSERA_CPU_BLOCKED_LAYOUT") == "0":
         return False
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -431,7 +451,8 @@ def test_depthwise_convolution_takes_over_the_int8_expansion(monkeypatch, tmp_pa
     """An inverted residual block as quantize_static leaves it: an int8 1x1 expansion (QLinearConv with its lookup
     and its DequantizeLinear: QLinearConvToFloat) feeding a float depthwise convolution.  Where the expansion's
     floats would leave the cache (here 32 x 96 x 96, 1.2 MB), the depthwise convolution makes them itself a few rows
-    at a time (the profile shows one step for both), with exactly the results of the two steps apart."""
+    at a time, and the QuantizeLinear after it quantizes its rows as they are made (the profile shows one step for
+    the three), with exactly the results of the steps apart."""
     b = QdqBuilder()
     shape, channels = (1, 16, 96, 96), 32
     x = b.qdq("x", 0.05, zero_type(3))
@@ -448,8 +469,9 @@ def test_depthwise_convolution_takes_over_the_int8_expansion(monkeypatch, tmp_pa
     ours = session.run(None, feeds)[0]
     session.end_profiling()
     steps = {e["args"].get("op_type") for e in json.load(open(trace))["traceEvents"] if e["cat"] == "node"}
-    # The blocked floats come from AMX row blocks only (elsewhere the two steps stay apart, NCHW).
-    assert ("QLinearConvToFloat+Conv" in steps) == _amx_available(), steps
+    # The blocked floats come from AMX row blocks only (elsewhere the steps stay apart, NCHW); the QuantizeLinear
+    # after the depthwise convolution takes that one over in turn and quantizes its rows as they are made.
+    assert ("QLinearConvToFloat+Conv+QuantizeLinear" in steps) == _amx_available(), steps
     monkeypatch.setenv("TESSERA_CPU_FUSE_PRODUCERS", "0")
     apart = tessera.InferenceSession(model, intra_op_threads=threads).run(None, feeds)[0]
     np.testing.assert_array_equal(ours, apart)

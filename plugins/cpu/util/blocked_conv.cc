@@ -730,8 +730,12 @@ int64_t plane_bands(const ThreadPool& pool, const Geometry& q, int64_t blocks) {
 
 }  // namespace
 
+// Output rows handed to a band sink at a time: a few rows of one channel block, in L1 (112 x 16 floats a row).
+constexpr int64_t kSinkRows = 4;
+
 void blocked_depthwise2d(ThreadPool& pool, const WindowGeometry& g, const float* packed_w, int64_t N, int64_t C,
-                         const float* x, const float* bias, const ConvEpilogue* epilogue, const float* z, float* y) {
+                         const float* x, const float* bias, const ConvEpilogue* epilogue, const float* z, float* y,
+                         const BlockedBandSink* sink) {
     if (epilogue != nullptr && !epilogue->active()) epilogue = nullptr;
     const Geometry q = geometry_of(g, C);
     const bool vector_act = epilogue == nullptr || vector_activation(*epilogue);
@@ -746,9 +750,24 @@ void blocked_depthwise2d(ThreadPool& pool, const WindowGeometry& g, const float*
             const int64_t n = t / (bands * blocks), band = t / blocks % bands, cb = t % blocks;
             const int64_t oh0 = band_begin(q.OH, bands, band), oh1 = band_begin(q.OH, bands, band + 1);
             const int64_t image_block = n * blocks + cb;
-            depthwise_rows<false>(q, x + image_block * in_block, packed_w + cb * taps * kChannelBlock,
-                           bias != nullptr ? bias + cb * kChannelBlock : nullptr, epilogue, vector_act,
-                           z != nullptr ? z + image_block * out_block : nullptr, y + image_block * out_block, oh0, oh1);
+            const float* w = packed_w + cb * taps * kChannelBlock;
+            const float* b = bias != nullptr ? bias + cb * kChannelBlock : nullptr;
+            if (sink == nullptr) {
+                depthwise_rows<false>(q, x + image_block * in_block, w, b, epilogue, vector_act,
+                                      z != nullptr ? z + image_block * out_block : nullptr, y + image_block * out_block,
+                                      oh0, oh1);
+                continue;
+            }
+            // A few rows at a time into this thread's buffer, each handed over while it is in cache.
+            float* rows = align_up(thread_scratch_buffer<float, 42>(kSinkRows * q.OW * kChannelBlock + kChannelBlock));
+            for (int64_t r0 = oh0; r0 < oh1; r0 += kSinkRows) {
+                const int64_t r1 = std::min(oh1, r0 + kSinkRows);
+                Geometry at = q;
+                at.out_row0 = r0;
+                depthwise_rows<false>(at, x + image_block * in_block, w, b, epilogue, vector_act, nullptr, rows, r0,
+                                      r1);
+                sink->take(n, cb, r0, r1, rows);
+            }
         }
     });
 }
@@ -847,8 +866,8 @@ namespace {
 template <typename BeginImage, typename MakeRows>
 void window_over_made_rows(ThreadPool& pool, int64_t M, const WindowGeometry& g, const float* packed_w,
                            const float* bias, const ConvEpilogue* epilogue, int64_t N, float* y,
-                           const BlockedConsumerConv* consumer, const BeginImage& begin_image,
-                           const MakeRows& make_rows) {
+                           const BlockedConsumerConv* consumer, const BlockedBandSink* sink,
+                           const BeginImage& begin_image, const MakeRows& make_rows) {
     if (epilogue != nullptr && !epilogue->active()) epilogue = nullptr;
     BlockedConsumerConv consumer_conv{};
     if (consumer != nullptr) {
@@ -889,7 +908,7 @@ void window_over_made_rows(ThreadPool& pool, int64_t M, const WindowGeometry& g,
         pool.parallel_for(parts, 1, [&](int64_t first, int64_t last) {
             // Whole cache lines per position: a store split across two lines costs two.
             float* rows = align_up(thread_scratch_buffer<float, 16>(blocks * block_floats + kChannelBlock));
-            float* band = consumer != nullptr
+            float* band = consumer != nullptr || sink != nullptr
                               ? align_up(thread_scratch_buffer<float, 20>(blocks * band_floats + kChannelBlock))
                               : nullptr;
             for (int64_t part = first; part < last; ++part) {
@@ -917,10 +936,13 @@ void window_over_made_rows(ThreadPool& pool, int64_t M, const WindowGeometry& g,
                                                   vector_act, nullptr, y_block, o0, o1);
                         }
                     }
-                    // The consumer's positions of those rows, from the band.
-                    if (band != nullptr)
+                    // The consumer's positions of those rows, or the sink's rows, from the band.
+                    if (sink != nullptr) {
+                        for (int64_t b = 0; b < blocks; ++b) sink->take(n, b, o0, o1, band + b * band_floats);
+                    } else if (band != nullptr) {
                         consume_band(consumer_conv, consumer_offsets, M, band, o0 * q.OW, o0 * q.OW, o1 * q.OW, P,
                                      z_image, y_image);
+                    }
                 }
             }
         });
@@ -931,7 +953,7 @@ void window_over_made_rows(ThreadPool& pool, int64_t M, const WindowGeometry& g,
 
 void blocked_conv_window2d(ThreadPool& pool, const BlockedProducerConv& producer, const WindowGeometry& g,
                            const float* packed_w, const float* bias, const ConvEpilogue* epilogue, int64_t N,
-                           const float* x, float* y, const BlockedConsumerConv* consumer) {
+                           const float* x, float* y, const BlockedConsumerConv* consumer, const BlockedBandSink* sink) {
     const ConvEpilogue* conv_epilogue =
         producer.epilogue != nullptr && producer.epilogue->active() ? producer.epilogue : nullptr;
     const LanePackedFilters& filters = *producer.filters;
@@ -997,14 +1019,14 @@ void blocked_conv_window2d(ThreadPool& pool, const BlockedProducerConv& producer
             }
         }
     };
-    window_over_made_rows(pool, M, g, packed_w, bias, epilogue, N, y, consumer, begin_image, make_rows);
+    window_over_made_rows(pool, M, g, packed_w, bias, epilogue, N, y, consumer, sink, begin_image, make_rows);
 }
 
 void blocked_rows_window2d(ThreadPool& pool, const BlockedRowMaker& maker, int64_t M, const WindowGeometry& g,
                            const float* packed_w, const float* bias, const ConvEpilogue* epilogue, int64_t N,
-                           float* y) {
+                           float* y, const BlockedBandSink* sink) {
     const int64_t W = g.input[1];
-    window_over_made_rows(pool, M, g, packed_w, bias, epilogue, N, y, nullptr, [](int64_t) {},
+    window_over_made_rows(pool, M, g, packed_w, bias, epilogue, N, y, nullptr, sink, [](int64_t) {},
                           [&](int64_t n, int64_t row_begin, int64_t row_end, float* rows, int64_t block_floats,
                               const Geometry& ring) {
                               maker.make_rows(n, row_begin, row_end,
@@ -1134,11 +1156,12 @@ void blocked_conv2d(ThreadPool&, const WindowGeometry&, const LanePackedFilters&
     x86_kernel_unavailable(__func__);
 }
 void blocked_depthwise2d(ThreadPool&, const WindowGeometry&, const float*, int64_t, int64_t, const float*,
-                         const float*, const ConvEpilogue*, const float*, float*) {
+                         const float*, const ConvEpilogue*, const float*, float*, const BlockedBandSink*) {
     x86_kernel_unavailable(__func__);
 }
 void blocked_conv_window2d(ThreadPool&, const BlockedProducerConv&, const WindowGeometry&, const float*, const float*,
-                           const ConvEpilogue*, int64_t, const float*, float*, const BlockedConsumerConv*) {
+                           const ConvEpilogue*, int64_t, const float*, float*, const BlockedConsumerConv*,
+                           const BlockedBandSink*) {
     x86_kernel_unavailable(__func__);
 }
 void blocked_depthwise_pointwise2d(ThreadPool&, const WindowGeometry&, const float*, const float*, const ConvEpilogue*,
@@ -1146,7 +1169,7 @@ void blocked_depthwise_pointwise2d(ThreadPool&, const WindowGeometry&, const flo
     x86_kernel_unavailable(__func__);
 }
 void blocked_rows_window2d(ThreadPool&, const BlockedRowMaker&, int64_t, const WindowGeometry&, const float*,
-                           const float*, const ConvEpilogue*, int64_t, float*) {
+                           const float*, const ConvEpilogue*, int64_t, float*, const BlockedBandSink*) {
     x86_kernel_unavailable(__func__);
 }
 void blocked_max_pool2d(ThreadPool&, const WindowGeometry&, int64_t, int64_t, const float*, float*) {

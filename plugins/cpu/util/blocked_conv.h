@@ -81,12 +81,37 @@ void blocked_winograd_conv2d(ThreadPool& pool, const WindowGeometry& g, const Wi
 // Depthwise filters W [C, 1, KH, KW] regrouped for blocked_depthwise2d: [C/16][KH * KW][16].
 std::vector<float> pack_blocked_depthwise(const float* w, int64_t C, int64_t taps);
 
+// Where a blocked window operation (a depthwise convolution) can hand its output rows instead of storing them:
+// rows [oh0, oh1) of channel block `block` of image n, at rows + (oh - oh0) * OW * 16 (16 floats a position),
+// on the worker that made them, while they are in cache (a QuantizeLinear that took the convolution over).
+// Called concurrently for other rows and blocks; must not throw.
+class BlockedBandSink {
+public:
+    virtual ~BlockedBandSink() = default;
+    virtual void take(int64_t n, int64_t block, int64_t oh0, int64_t oh1, const float* rows) const = 0;
+};
+
+// A kernel whose blocked output a BlockedBandSink can take row by row instead (ProducerFusingKernel: a
+// QuantizeLinear taking over the depthwise convolution before it, so that the floats never leave the cache).
+class BlockedBandSource {
+public:
+    virtual ~BlockedBandSource() = default;
+    // Whether it can hand its rows over (chosen with the layouts).
+    virtual bool band_source_ready() const = 0;
+    // Its output's shape, and its run handing every output row to `sink` (Y is not made), for a step whose inputs
+    // from `first_input` on are this kernel's, in order.
+    virtual Shape band_source_shape(const KernelContext& ctx, size_t first_input) const = 0;
+    virtual void run_to_sink(KernelContext& ctx, size_t first_input, const BlockedBandSink& sink) const = 0;
+};
+
 // A 2-D depthwise convolution (C groups of one channel each, C a multiple of 16) from a blocked X to a blocked Y,
 // Y = epilogue(Conv(X, W) + bias, Z) with Z blocked: each tap is one vector multiply-add on 16 channels of a
 // position, no transposes and no padded copy (positions whose window leaves the image take the taps inside it).
 // Splits the work across the pool by bands of output rows; call it outside any parallel region.
+// With a sink (and no z), the rows go to it instead of Y (y unused).
 void blocked_depthwise2d(ThreadPool& pool, const WindowGeometry& g, const float* packed_w, int64_t N, int64_t C,
-                         const float* x, const float* bias, const ConvEpilogue* epilogue, const float* z, float* y);
+                         const float* x, const float* bias, const ConvEpilogue* epilogue, const float* z, float* y,
+                         const BlockedBandSink* sink = nullptr);
 
 // The convolution feeding a window operation in blocked_conv_window2d: 2-D, one group, filters packed by
 // blocked_panel_width, bias (or NULL) and an epilogue with no sum whose activation is a vector one
@@ -146,9 +171,11 @@ void blocked_depthwise_pointwise2d(ThreadPool& pool, const WindowGeometry& g, co
 // is consumer(window(conv(X))), computed from the band as each step's rows are made: MobileNetV2's whole inverted
 // residual blocks (expansion, depthwise, projection) in one pass.  Splits the work across the pool; call it outside
 // any parallel region.
+// With a sink instead of a consumer, the window's rows go to it (y unused).
 void blocked_conv_window2d(ThreadPool& pool, const BlockedProducerConv& producer, const WindowGeometry& g,
                            const float* packed_w, const float* bias, const ConvEpilogue* epilogue, int64_t N,
-                           const float* x, float* y, const BlockedConsumerConv* consumer = nullptr);
+                           const float* x, float* y, const BlockedConsumerConv* consumer = nullptr,
+                           const BlockedBandSink* sink = nullptr);
 
 // Where a producer taken over by a window operation writes its rows: image row r's channel block b (W positions
 // of 16 floats) at rows + b * block_floats + (r % ring_rows) * W * 16.
@@ -187,7 +214,7 @@ public:
 // multiple of 16); g is the depthwise convolution's geometry over them.  Y blocked.
 void blocked_rows_window2d(ThreadPool& pool, const BlockedRowMaker& maker, int64_t M, const WindowGeometry& g,
                            const float* packed_w, const float* bias, const ConvEpilogue* epilogue, int64_t N,
-                           float* y);
+                           float* y, const BlockedBandSink* sink = nullptr);
 
 // MaxPool from a blocked X to a blocked Y (C a multiple of 16), on the depthwise kernel's loops; every window must
 // hold at least one element of the image.  Splits the work across the pool.  (An AveragePool whose windows all lie

@@ -153,20 +153,25 @@ template <int Rows> [[gnu::target("avx512f,avx512vnni")]] void vnni_tile(const u
 // One panel of B' (see Int8PackedB): `columns` (at most kPanel) columns of K rows, element (k, c) at
 // bytes[k * row_stride + c * column_stride], XORed with `flip`, into panel [groups][kPanel][4] (rows past K and
 // columns past `columns` zero); sums[c] = the sum of column c's stored values.  Only the AMX and VNNI paths call it.
-void pack_panel(const uint8_t* bytes, int64_t K, int64_t columns, int64_t row_stride, int64_t column_stride,
-                uint8_t flip, int64_t groups, int8_t* panel, int32_t* sums) {
+[[gnu::target("avx512f,avx512bw,avx512vl")]] void pack_panel(const uint8_t* bytes, int64_t K, int64_t columns,
+                                                               int64_t row_stride, int64_t column_stride,
+                                                               uint8_t flip, int64_t groups, int8_t* panel,
+                                                               int32_t* sums) {
     const int64_t panel_bytes = groups * 4 * kPanel;
-    if (column_stride == 1 && columns == kPanel) {
-        // Whole panels of a row-major B: 4 rows x 16 columns at a time, interleaved into [column][4 rows].
+    if (column_stride == 1) {
+        // A row-major B: 4 rows x 16 columns at a time, interleaved into [column][4 rows]; the columns past
+        // `columns` of a last, partial panel read as zeros (masked loads).
         const __m128i flip_bytes = _mm_set1_epi8(static_cast<char>(flip));
+        const __mmask16 masks[2] = {
+            static_cast<__mmask16>(columns >= 16 ? 0xFFFF : (1u << columns) - 1),
+            static_cast<__mmask16>(columns >= 32 ? 0xFFFF : columns <= 16 ? 0 : (1u << (columns - 16)) - 1)};
         for (int64_t g = 0; g < groups; ++g) {
             for (int64_t half = 0; half < 2; ++half) {
                 __m128i r[4];
                 for (int64_t j = 0; j < 4; ++j) {
                     const int64_t k = g * 4 + j;
-                    r[j] = k < K ? _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
-                                                     bytes + k * row_stride + half * 16)),
-                                                 flip_bytes)
+                    r[j] = k < K ? _mm_xor_si128(_mm_maskz_loadu_epi8(masks[half], bytes + k * row_stride + half * 16),
+                                                 _mm_maskz_mov_epi8(masks[half], flip_bytes))
                                  : _mm_setzero_si128();
                 }
                 const __m128i t0 = _mm_unpacklo_epi8(r[0], r[1]), t1 = _mm_unpackhi_epi8(r[0], r[1]);

@@ -189,7 +189,8 @@ void depthwise_conv2d(ThreadPool& pool, const WindowGeometry& g, const T* x, con
 class ConvKernel final : public ConvKernelBase,
                          public BlockedLayoutKernel,
                          public ProducerFusingKernel,
-                         public BlockedConvSource {
+                         public BlockedConvSource,
+                         public BlockedBandSource {
 public:
     explicit ConvKernel(const NodeInfo& info) : ConvKernelBase(info), epilogue_(ConvEpilogue::parse(info)) {
         // Constant float filters are packed once for the packed-filter products; the plain copy is then dropped
@@ -300,6 +301,10 @@ public:
             if (depthwise_ && dynamic_cast<const BlockedRowSource*>(absorbed_.get()) != nullptr) compute_with_rows(ctx);
             else if (depthwise_) compute_with_pointwise(ctx);
             else compute_with_window(ctx);
+            return;
+        }
+        if (depthwise_ && layout_.x_blocked && layout_.y_blocked && !depthwise_filters_.empty() && !epilogue_.has_sum) {
+            compute_blocked_depthwise(ctx, 0, nullptr);
             return;
         }
         const Tensor& X = ctx.input(0);
@@ -466,34 +471,89 @@ private:
         return TakenOverWindow{producer, &X, g, B != nullptr ? B->ptr<float>() : nullptr};
     }
 
-    // The depthwise convolution of the convolution it took over (absorb): X is that convolution's input.
-    void compute_with_pointwise(KernelContext& ctx) const {
-        const TakenOverWindow window = taken_over_window(ctx, 0);
+    // The depthwise convolution of the convolution it took over (absorb): X is that convolution's input.  Into Y
+    // or the sink.
+    void compute_with_pointwise(KernelContext& ctx, size_t first = 0, const BlockedBandSink* sink = nullptr) const {
+        const TakenOverWindow window = taken_over_window(ctx, first);
         const Tensor& X = *window.x;
         const int64_t N = X.shape[0], M = packed_shape_[0];
-        Tensor& Y = ctx.output(0, X.type, Shape{N, M, window.g.output[0], window.g.output[1]});
-        if (Y.size() == 0) return;
+        float* y = nullptr;
+        if (sink == nullptr) {
+            Tensor& Y = ctx.output(0, X.type, Shape{N, M, window.g.output[0], window.g.output[1]});
+            if (Y.size() == 0) return;
+            y = Y.ptr<float>();
+        }
         blocked_conv_window2d(ctx.pool(), *window.producer, window.g, depthwise_filters_.data(), window.bias,
-                              &epilogue_, N, X.ptr<float>(), Y.ptr<float>());
+                              &epilogue_, N, X.ptr<float>(), y, nullptr, sink);
+    }
+
+    // As a producer a QuantizeLinear takes over (BlockedBandSource): a blocked depthwise convolution without a
+    // sum, with its own producer taken over or not, hands its output rows to the QuantizeLinear's sink.
+    bool band_source_ready() const override {
+        return depthwise_ && layout_.x_blocked && layout_.y_blocked && !depthwise_filters_.empty() &&
+               !epilogue_.has_sum && declared_ && declared_->rank() == 2;
+    }
+    Shape band_source_shape(const KernelContext& ctx, size_t first) const override {
+        const int64_t M = packed_shape_[0];
+        const Tensor& X = ctx.input(first + (absorbed_ ? absorbed_inputs_ : 0));
+        if (X.rank() != 4) throw KernelError("Conv: X " + shape_string(X.shape) + " must be [N, C, H, W]");
+        const WindowGeometry g =
+            absorbed_ && dynamic_cast<const BlockedRowSource*>(absorbed_.get()) == nullptr
+                ? taken_over_window(ctx, first).g
+                : resolve_window("Conv", attrs_, Shape(X.shape.begin() + 2, X.shape.end()),
+                                 Shape(packed_shape_.begin() + 2, packed_shape_.end()));
+        return Shape{X.shape[0], M, g.output[0], g.output[1]};
+    }
+    void run_to_sink(KernelContext& ctx, size_t first, const BlockedBandSink& sink) const override {
+        if (!absorbed_) compute_blocked_depthwise(ctx, first, &sink);
+        else if (dynamic_cast<const BlockedRowSource*>(absorbed_.get()) != nullptr) compute_with_rows(ctx, first, &sink);
+        else compute_with_pointwise(ctx, first, &sink);
+    }
+
+    // The blocked depthwise convolution of a blocked X (this step's inputs from `first` on), into Y or the sink.
+    void compute_blocked_depthwise(KernelContext& ctx, size_t first, const BlockedBandSink* sink) const {
+        const Tensor& X = ctx.input(first);
+        const int64_t M = packed_shape_[0];
+        if (X.type != TESS_ELEMENT_FLOAT32 || X.rank() != 4 || X.shape[1] != M)
+            throw KernelError("Conv: X " + shape_string(X.shape) + " of a blocked depthwise convolution must be "
+                              "float [N, " + std::to_string(M) + ", H, W]");
+        const Tensor* B = bias(ctx, first);
+        if (B != nullptr && (B->type != TESS_ELEMENT_FLOAT32 || B->rank() != 1 || B->shape[0] != M))
+            throw KernelError("Conv: B " + shape_string(B->shape) + " must be float [" + std::to_string(M) + "]");
+        const WindowGeometry g = resolve_window("Conv", attrs_, Shape(X.shape.begin() + 2, X.shape.end()),
+                                                Shape(packed_shape_.begin() + 2, packed_shape_.end()));
+        const int64_t N = X.shape[0];
+        float* y = nullptr;
+        if (sink == nullptr) {
+            Tensor& Y = ctx.output(0, TESS_ELEMENT_FLOAT32, Shape{N, M, g.output[0], g.output[1]});
+            if (Y.size() == 0) return;
+            y = Y.ptr<float>();
+        }
+        blocked_depthwise2d(ctx.pool(), g, depthwise_filters_.data(), N, M, X.ptr<float>(),
+                            B != nullptr ? B->ptr<float>() : nullptr, &epilogue_, nullptr, y, sink);
     }
 
     // The depthwise convolution of a producer that makes its rows on request (BlockedRowSource), whose inputs
-    // (its X first) follow this step's own.
-    void compute_with_rows(KernelContext& ctx) const {
+    // (its X first) follow this step's own (which start at `first`); into Y or the sink.
+    void compute_with_rows(KernelContext& ctx, size_t first = 0, const BlockedBandSink* sink = nullptr) const {
         const auto& source = dynamic_cast<const BlockedRowSource&>(*absorbed_);
-        const std::unique_ptr<BlockedRowMaker> maker = source.row_maker(ctx, absorbed_inputs_);
-        const Tensor& X = ctx.input(absorbed_inputs_);
+        const std::unique_ptr<BlockedRowMaker> maker = source.row_maker(ctx, first + absorbed_inputs_);
+        const Tensor& X = ctx.input(first + absorbed_inputs_);
         const int64_t N = X.shape[0], M = packed_shape_[0];
-        const Tensor* B = bias(ctx);
+        const Tensor* B = bias(ctx, first);
         if (B != nullptr && (B->type != TESS_ELEMENT_FLOAT32 || B->rank() != 1 || B->shape[0] != M))
             throw KernelError("Conv: B " + shape_string(B->shape) + " must be float [" + std::to_string(M) + "]");
         // The producer is pointwise: its output has X's positions.
         const WindowGeometry g = resolve_window("Conv", attrs_, Shape(X.shape.begin() + 2, X.shape.end()),
                                                 Shape(packed_shape_.begin() + 2, packed_shape_.end()));
-        Tensor& Y = ctx.output(0, TESS_ELEMENT_FLOAT32, Shape{N, M, g.output[0], g.output[1]});
-        if (Y.size() == 0) return;
-        blocked_rows_window2d(ctx.pool(), *maker, M, g, depthwise_filters_.data(), B != nullptr ? B->ptr<float>() : nullptr,
-                              &epilogue_, N, Y.ptr<float>());
+        float* y = nullptr;
+        if (sink == nullptr) {
+            Tensor& Y = ctx.output(0, TESS_ELEMENT_FLOAT32, Shape{N, M, g.output[0], g.output[1]});
+            if (Y.size() == 0) return;
+            y = Y.ptr<float>();
+        }
+        blocked_rows_window2d(ctx.pool(), *maker, M, g, depthwise_filters_.data(),
+                              B != nullptr ? B->ptr<float>() : nullptr, &epilogue_, N, y, sink);
     }
 
     // This pointwise convolution of the depthwise convolution it took over (and of that one's expansion, if it took

@@ -333,7 +333,7 @@ void check_blocked(const std::string& op, const Shape& shape, bool per_tensor) {
                           " must be [N, 16k, H, W] with a per-tensor scale");
 }
 
-class QuantizeLinearKernel final : public Kernel, public BlockedLayoutKernel {
+class QuantizeLinearKernel final : public Kernel, public BlockedLayoutKernel, public ProducerFusingKernel {
 public:
     // with_table: the fused QuantizeLinear (TESS_FUSED_OPS_DOMAIN) the optimizer makes of a per-tensor 8-bit
     // QuantizeLinear and the QuantizedLookup reading it: input 3 is the lookup's constant table ([C, 256] per
@@ -367,7 +367,22 @@ public:
         x_blocked_ = blocked_capable_ && !blocked_inputs.empty() && blocked_inputs[0];
     }
 
+    // Reading a blocked x, it takes over the depthwise convolution making x (BlockedBandSource): that
+    // convolution's rows are quantized as they are made, and x never goes through memory.
+    bool can_absorb(size_t input, const Kernel& producer) const override {
+        const auto* source = dynamic_cast<const BlockedBandSource*>(&producer);
+        return input == 0 && x_blocked_ && source != nullptr && source->band_source_ready();
+    }
+    void absorb(size_t, std::unique_ptr<Kernel> producer, size_t first_producer_input) override {
+        absorbed_ = std::move(producer);
+        absorbed_inputs_ = first_producer_input;
+    }
+
     void compute(KernelContext& ctx) const override {
+        if (absorbed_) {
+            compute_absorbed(ctx);
+            return;
+        }
         const std::string op = "QuantizeLinear";
         const Tensor& x = ctx.input(0);
         const Tensor& scale = ctx.input(1);
@@ -442,6 +457,54 @@ public:
     }
 
 private:
+    // The depthwise convolution's output rows, quantized (and looked up) into y NCHW as they are made.
+    template <typename Out> class QuantizingSink final : public BlockedBandSink {
+    public:
+        QuantizingSink(const QuantizeLinearKernel& k, float scale, float zero, const Shape& shape, Out* y)
+            : k_(k), scale_(scale), zero_(zero), C_(shape[1]), OW_(shape[3]), P_(shape[2] * shape[3]), y_(y) {}
+        void take(int64_t n, int64_t block, int64_t oh0, int64_t oh1, const float* rows) const override {
+            const int64_t count = (oh1 - oh0) * OW_, c0 = block * kChannelBlock;
+            Out* y = y_ + (n * C_ + c0) * P_ + oh0 * OW_;
+            quantize_from_blocked(rows, count, scale_, zero_, P_, y);
+            if (k_.table_.empty()) return;
+            for (int64_t c = 0; c < kChannelBlock; ++c) {
+                auto* bytes = reinterpret_cast<uint8_t*>(y + c * P_);
+                lookup_bytes(k_.table(c0 + c), bytes, bytes, count);
+            }
+        }
+
+    private:
+        const QuantizeLinearKernel& k_;
+        float scale_, zero_;
+        int64_t C_, OW_, P_;
+        Out* y_;
+    };
+
+    void compute_absorbed(KernelContext& ctx) const {
+        const std::string op = "QuantizeLinear";
+        const auto& source = dynamic_cast<const BlockedBandSource&>(*absorbed_);
+        const Shape shape = source.band_source_shape(ctx, absorbed_inputs_);
+        const Tensor& scale = ctx.input(1);
+        const Tensor* zero_point = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+        if (scale.type != TESS_ELEMENT_FLOAT32 || scale.size() != 1 || (zero_point && zero_point->size() != 1))
+            throw KernelError(op + ": taking over a convolution needs a float32 scale and zero point, one each");
+        const int32_t type = zero_point ? zero_point->type : (output_dtype_ ? output_dtype_ : TESS_ELEMENT_UINT8);
+        const int64_t channels = shape[1];
+        if (shape.size() != 4 || channels % kChannelBlock != 0 || !is_8bit(type) ||
+            (!table_.empty() && table_rows_ != 1 && table_rows_ != channels))
+            throw KernelError(op + ": cannot take over a convolution of output " + shape_string(shape));
+        Tensor& y = ctx.output(0, table_.empty() ? type : table_type_, shape);
+        if (y.size() == 0) return;
+        const float scale_value = scale.ptr<float>()[0];
+        const float zero = zero_point ? static_cast<float>(load_all(*zero_point)[0]) : 0.0f;
+        dispatch_8bit_integer(type, [&]<typename Out>() {
+            const QuantizingSink<Out> sink(*this, scale_value, zero, shape, static_cast<Out*>(y.data));
+            source.run_to_sink(ctx, absorbed_inputs_, sink);
+        });
+    }
+
+    std::unique_ptr<Kernel> absorbed_;  // the depthwise convolution this one took over
+    size_t absorbed_inputs_ = 0;        // where its inputs start among this step's
     int64_t axis_;
     bool saturate_;
     int64_t block_size_;
