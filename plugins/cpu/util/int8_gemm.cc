@@ -532,8 +532,12 @@ void int8_gemm_streaming(ThreadPool& pool, const Int8PackedA& A, const void* B, 
     // (a requantization's lookup table: 256 bytes for each row) is spread over 4 tiles instead of one.
     constexpr int64_t kWidth = 4;
     const int64_t panels = (N + kPanel - 1) / kPanel, spans = (panels + kWidth - 1) / kWidth;
-    // At least 4 tasks per thread where the spans allow: a span split across tasks by row blocks is packed by each.
-    const int64_t splits = std::clamp<int64_t>((4 * pool.size() + spans - 1) / spans, 1, row_blocks);
+    // The pool gives each thread one contiguous run of tasks.  With spans enough for every thread, tasks are spans
+    // (each packed once); with few (a 7 x 7 or 14 x 14 image), spans of unequal width would leave a thread
+    // idle, so the row blocks are split among the threads instead, each thread packing the spans for its rows.
+    const int64_t threads = pool.size();
+    const bool by_rows = spans < 4 * threads && row_blocks > 1;
+    const int64_t splits = by_rows ? std::min<int64_t>(threads, row_blocks) : 1;
     const int64_t blocks_per_split = (row_blocks + splits - 1) / splits;
     const int64_t panel_bytes = groups * 4 * kPanel;
     pool.parallel_for(spans * splits, 1, [&](int64_t first, int64_t last) {
@@ -546,7 +550,7 @@ void int8_gemm_streaming(ThreadPool& pool, const Int8PackedA& A, const void* B, 
         int64_t packed = -1;
         if (amx) amx_begin();
         for (int64_t t = first; t < last; ++t) {
-            const int64_t span = t / splits, split = t % splits;
+            const int64_t span = by_rows ? t % spans : t / splits, split = by_rows ? t / spans : t % splits;
             const int64_t first_panel = span * kWidth, span_panel_count = std::min(kWidth, panels - first_panel);
             const int64_t n0 = first_panel * kPanel, columns = std::min(kWidth * kPanel, N - n0);
             if (span != packed) {
