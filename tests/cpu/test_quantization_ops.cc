@@ -1,7 +1,7 @@
 // The 8-bit integer products (MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv), DynamicQuantizeLinear and
 // the int8_gemm utility against plain references: exact int64 sums for the integer results, and for the requantized
-// ones the kernels' documented arithmetic (quantized_products.cc: float multiplier, float product, round half to
-// even, saturate) reproduced exactly, plus a dequantize-in-double reference they must match within one quantum.
+// ones the kernels' documented arithmetic (requantize.h: float multiplier, float product, round half to even,
+// saturate) reproduced exactly, plus a dequantize-in-double reference they must match within one quantum.
 // Shapes cover M, N, K of 1, odd, and not multiples of 4 / 16 / 32 / 64, so every int8_gemm path (AMX, VNNI tiles
 // and their tails, the floating-point fallback) is exercised at each TESSERA_CPU_MAX_ISA level.
 #include <cfenv>
@@ -16,7 +16,7 @@ using namespace op_tests;
 
 const KernelRegistry& quant_registry() {
     return testing::registry_with<register_quantize_kernels, register_quantized_product_kernels,
-                                  register_quantized_lookup_kernels>();
+                                  register_integer_conv_kernels, register_quantized_lookup_kernels>();
 }
 
 template <typename T> std::vector<T> random_bytes(int64_t count, uint32_t seed) {

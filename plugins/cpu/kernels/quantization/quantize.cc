@@ -1,5 +1,5 @@
 // CPU provider: linear quantization: QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear (the integer
-// products are in quantized_products.cc).
+// products are in quantized_products.cc and integer_conv.cc).
 //
 // Quantize/Dequantize work on pieces of the flattened tensor: for each piece the scale and zero point of every
 // element are gathered first (per-tensor, per-axis or blocked), then the arithmetic runs as plain loops over the

@@ -1,5 +1,6 @@
-// CPU provider: what the quantization kernels (quantize.cc) and the integer products (quantized_products.cc) share:
-// the quantized element types' ranges, the precision of a division by a scale, and reading small parameter tensors.
+// CPU provider: what the quantization kernels (quantize.cc) and the integer products (quantized_products.cc,
+// integer_conv.cc) share: the quantized element types' ranges, the precision of a division by a scale, and reading
+// small parameter tensors.
 #pragma once
 
 #include <optional>
