@@ -5,12 +5,26 @@
 //   MatMulInteger(a_q, B, a_zero, b_zero) -> Cast(to float) -> Mul(., Mul(a_scale, b_scale)) [-> Add(., bias)]
 //     => MatMulIntegerToFloat(a_q, B, a_scale, b_scale, a_zero, b_zero [, bias])
 //
+// The convolutions of a dynamically quantized CNN go the same way, with what quantize_dynamic leaves after them:
+//
+//   ConvInteger(x_q, W, x_zero, w_zero) -> Cast(to float) -> Mul(., Mul(x_scale, w_scale))
+//     [-> BatchNormalization (inference, constant)] [-> Relu | Clip (constant bounds)]
+//     => ai.tessera ConvIntegerToFloat(x_q, W, x_zero, w_zero, x_scale, w_scale [, a, b]) [activation]
+//
+// with a = gamma / sqrt(var + epsilon) and b = beta - mean * a per channel, rounded in float as the normalization
+// rounds them, so that y = clamp((float(sum) * scale) * a + b) gives the chain's bits; W and w_scale (one value) are
+// constants.  Four passes over the convolution's output (the int32 sums, their float copy, the scaled copy, the
+// normalized copy) become none.
+//
 // B, b_scale, b_zero and the bias are constants.  The fused kernel computes exactly what the chain does -- the int32
 // sum converted to float, multiplied by the float product of the scales, then the bias added -- without writing the
 // int32 product, its float copy and the scaled copy to memory in between.  The DynamicQuantizeLinear stays (its
 // outputs often feed several products).
+#include <cmath>
+
 #include "optimizer/fusion_util.h"
 #include "optimizer/optimizer.h"
+#include "tessera/provider.h"
 
 namespace tessera {
 
@@ -27,10 +41,111 @@ public:
 
     bool run(Graph& graph, const PassContext& context) const override {
         if (!context.placement) return false;
-        return fusion::apply_where_placed(graph, context, find(graph));
+        const bool changed = fusion::apply_where_placed(graph, context, find(graph));
+        std::vector<std::string> constants;
+        const bool convolutions = fusion::apply_where_placed(graph, context, find_convolutions(graph, constants));
+        fusion::erase_unread_constants(graph, constants);  // those of chains left as they were
+        return changed || convolutions;
     }
 
 private:
+    static std::vector<fusion::Candidate> find_convolutions(Graph& graph, std::vector<std::string>& constants) {
+        std::vector<fusion::Candidate> found;
+        const auto producers = graph.producers();
+        fusion::ChainWalk walk(graph);
+        auto producer = [&](const std::string& value) -> const Node* {
+            auto it = producers.find(value);
+            return it == producers.end() ? nullptr : &graph.nodes[it->second];
+        };
+        for (size_t n = 0; n < graph.nodes.size(); ++n) {
+            const Node& conv = graph.nodes[n];
+            if (!is_op(conv, "ConvInteger", 3) || walk.taken[n] || !graph.is_constant(conv.inputs[1])) continue;
+            const auto w_dims = fusion::constant_dims(graph, conv.inputs[1]);
+            if (!w_dims || w_dims->size() != 4) continue;
+            const int64_t M = (*w_dims)[0];
+            // x comes from a DynamicQuantizeLinear whose zero point is used here.
+            const Node* quantize = producer(conv.inputs[0]);
+            if (quantize == nullptr || !is_op(*quantize, "DynamicQuantizeLinear", 1, 3) ||
+                conv.inputs[2] != quantize->outputs[2])
+                continue;
+            const std::string w_zero = conv.inputs.size() > 3 ? conv.inputs[3] : std::string();
+            if (!w_zero.empty() && !graph.is_constant(w_zero)) continue;
+            size_t cast_index = 0, mul_index = 0;
+            if (!walk.single_reader(conv.outputs[0], cast_index)) continue;
+            const Node& cast = graph.nodes[cast_index];
+            if (!is_op(cast, "Cast", 1) || fusion::int_attribute(cast, "to", 0) != onnx::TensorProto::FLOAT) continue;
+            if (!walk.single_reader(cast.outputs[0], mul_index)) continue;
+            const Node& mul = graph.nodes[mul_index];
+            if (!is_op(mul, "Mul", 2) || mul.inputs.size() != 2) continue;
+            const std::string& scale = mul.inputs[0] == cast.outputs[0] ? mul.inputs[1] : mul.inputs[0];
+            const Node* scales = producer(scale);
+            if (scales == nullptr || !is_op(*scales, "Mul", 2) || scales->inputs.size() != 2) continue;
+            const std::string& x_scale = quantize->outputs[1];
+            std::string w_scale;
+            if (scales->inputs[0] == x_scale) w_scale = scales->inputs[1];
+            else if (scales->inputs[1] == x_scale) w_scale = scales->inputs[0];
+            if (w_scale.empty() || !fusion::constant_floats(graph, w_scale, 1)) continue;
+
+            fusion::Candidate c;
+            c.nodes = {n, cast_index, mul_index};
+            std::string output = mul.outputs[0];
+            Node fused;
+            fused.inputs = {conv.inputs[0], conv.inputs[1], conv.inputs[2], w_zero, x_scale, w_scale};
+            // A BatchNormalization after it, as its per-channel scale and shift.
+            size_t next = 0;
+            if (walk.single_reader(output, next)) {
+                const Node& bn = graph.nodes[next];
+                bool plain = is_op(bn, "BatchNormalization", 5) && bn.inputs.size() == 5 &&
+                             fusion::int_attribute(bn, "training_mode", 0) == 0;
+                for (size_t o = 1; plain && o < bn.outputs.size(); ++o) plain = bn.outputs[o].empty();
+                const auto gamma = fusion::constant_floats(graph, bn.inputs.size() == 5 ? bn.inputs[1] : "", M);
+                const auto beta = fusion::constant_floats(graph, bn.inputs.size() == 5 ? bn.inputs[2] : "", M);
+                const auto mean = fusion::constant_floats(graph, bn.inputs.size() == 5 ? bn.inputs[3] : "", M);
+                const auto var = fusion::constant_floats(graph, bn.inputs.size() == 5 ? bn.inputs[4] : "", M);
+                if (plain && bn.inputs[0] == output && gamma && beta && mean && var) {
+                    // Rounded in float step by step, as the normalization rounds them (batchnorm_to_conv.cc).
+                    const float epsilon = fusion::float_attribute(bn, "epsilon", 1e-5f);
+                    std::vector<float> a(static_cast<size_t>(M)), b(static_cast<size_t>(M));
+                    for (size_t k = 0; k < a.size(); ++k) {
+                        const float inv_std = 1.0f / std::sqrt((*var)[k] + epsilon);
+                        a[k] = inv_std * (*gamma)[k];
+                        b[k] = (*beta)[k] - (*mean)[k] * a[k];
+                    }
+                    constants.push_back(fusion::add_float_constant(graph, bn.outputs[0] + "_channel_scale", {M}, a));
+                    constants.push_back(fusion::add_float_constant(graph, bn.outputs[0] + "_channel_shift", {M}, b));
+                    fused.inputs.push_back(constants[constants.size() - 2]);
+                    fused.inputs.push_back(constants.back());
+                    c.nodes.push_back(next);
+                    output = bn.outputs[0];
+                }
+            }
+            // A Relu or Clip after that.
+            std::string activation;
+            std::vector<float> params;
+            if (walk.single_reader(output, next) &&
+                fusion::fusable_activation(graph, graph.nodes[next], activation, params) &&
+                (activation == "Relu" || activation == "Clip")) {
+                c.nodes.push_back(next);
+                output = graph.nodes[next].outputs[0];
+            } else {
+                activation.clear();
+            }
+            fused.name = (conv.name.empty() ? output : conv.name) + "_to_float";
+            fused.op_type = "ConvIntegerToFloat";
+            fused.domain = TESS_FUSED_OPS_DOMAIN;
+            fused.outputs = {output};
+            for (const auto& attribute : conv.attributes) fused.attributes.push_back(attribute);
+            if (!activation.empty()) {
+                fused.attributes.push_back(fusion::make_attribute("activation", activation));
+                if (!params.empty()) fused.attributes.push_back(fusion::make_attribute("activation_params", params));
+            }
+            for (size_t k : c.nodes) walk.taken[k] = true;
+            c.fused = std::move(fused);
+            found.push_back(std::move(c));
+        }
+        return found;
+    }
+
     static std::vector<fusion::Candidate> find(const Graph& graph) {
         std::vector<fusion::Candidate> found;
         const auto producers = graph.producers();

@@ -268,6 +268,61 @@ TEST(QuantizedOps, ConvIntegerExact) {
     }
 }
 
+// The fused ConvIntegerToFloat (ConvInteger -> Cast -> Mul -> [BatchNormalization] -> [Clip]) against the chain's
+// arithmetic on the exact sums: y = clamp((float(sum) * (x_scale * w_scale)) * a[m] + b[m]), a multiply then an
+// add, clamped as Clip clamps.
+template <typename TX, typename TW>
+void check_conv_integer_to_float(const ConvCase& c, bool per_channel_zero, bool affine, bool clip, uint32_t seed) {
+    const int64_t M = c.out_channels;
+    const Shape w_shape = concat({M, c.x[1] / c.group}, c.kernel);
+    const auto x = random_bytes<TX>(shape_size(c.x), seed);
+    const auto w = random_bytes<TW>(shape_size(w_shape), seed + 1);
+    const TX zx = random_bytes<TX>(1, seed + 2)[0];
+    const auto zw = random_bytes<TW>(per_channel_zero ? M : 1, seed + 3);
+    const float x_scale = 0.0371f, w_scale = 0.0123f;
+    const auto a = random_values<float>(M, seed + 4, -2.0f, 2.0f), b = random_values<float>(M, seed + 5, -3.0f, 3.0f);
+    NodeBuilder node("ConvIntegerToFloat", 1, TESS_FUSED_OPS_DOMAIN);
+    node.input(element_type_of<TX>()).constant_input(tensor<TW>(w_shape, w));
+    node.input(element_type_of<TX>()).constant_input(per_channel_zero ? tensor<TW>({M}, zw) : testing::scalar<TW>(zw[0]));
+    node.input(TESS_ELEMENT_FLOAT32).input(TESS_ELEMENT_FLOAT32);
+    if (affine) node.constant_input(tensor<float>({M}, a)).constant_input(tensor<float>({M}, b));
+    node.output(TESS_ELEMENT_FLOAT32);
+    add_window_attributes(node, c);
+    if (clip) node.attr_string("activation", "Clip").attr_floats("activation_params", {-1.5f, 2.5f});
+    std::vector<ValueHandle> inputs{tensor<TX>(c.x, x), nullptr, testing::scalar<TX>(zx), nullptr,
+                                    testing::scalar<float>(x_scale), testing::scalar<float>(w_scale)};
+    if (affine) inputs.insert(inputs.end(), {nullptr, nullptr});
+    const auto out = run_node(quant_registry(), node, inputs);
+    const RefGeometry g = conv_geometry(c);
+    ASSERT_EQ(dims_of(out[0]), concat({c.x[0], M}, g.out));
+    const auto sums = reference_integer_conv(c, g, x, zx, w, std::vector<int64_t>(zw.begin(), zw.end()));
+    const auto got = values_of<float>(*out[0]);
+    const int64_t positions = shape_size(g.out);
+    const float scale = x_scale * w_scale;
+    for (size_t i = 0; i < got.size(); ++i) {
+        const int64_t m = int64_t(i) / positions % M;
+        volatile float v = static_cast<float>(static_cast<int32_t>(sums[i])) * scale;  // volatile: no FMA
+        if (affine) {
+            volatile float product = v * a[m];
+            v = product + b[m];
+        }
+        float expected = v;
+        if (clip) expected = std::min(std::max(expected, -1.5f), 2.5f);
+        ASSERT_EQ(got[i], expected) << "ConvIntegerToFloat x=" << shape_string(c.x) << " M=" << M << " group="
+                                    << c.group << " element " << i;
+    }
+}
+
+TEST(QuantizedOps, ConvIntegerToFloatMatchesTheChain) {
+    uint32_t seed = 2300;
+    for (const ConvCase& c : integer_conv_cases()) {
+        check_conv_integer_to_float<uint8_t, int8_t>(c, false, true, true, seed += 7);
+        check_conv_integer_to_float<uint8_t, uint8_t>(c, true, false, false, seed += 7);
+        check_conv_integer_to_float<uint8_t, int8_t>(c, false, true, false, seed += 7);
+        check_conv_integer_to_float<int8_t, int8_t>(c, true, false, true, seed += 7);
+    }
+}
+
 // With tables (TT: the table's type), the fused-domain QLinearConv the optimizer makes of a QLinearConv and the
 // QuantizedLookup after it: every requantized byte then maps through table[m] (per_channel_table) or table[0].
 template <typename TX, typename TW, typename TT = TX>

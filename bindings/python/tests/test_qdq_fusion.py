@@ -213,6 +213,40 @@ def test_dynamic_quantization_tail_becomes_matmul_integer_to_float(bias, per_col
     np.testing.assert_array_equal(session.run(None, feeds)[0], reference)
 
 
+@pytest.mark.parametrize("group,batch_norm_after,activation", [(1, True, "Clip"), (16, True, "Relu"),
+                                                                (1, False, None), (16, False, "Clip")],
+                         ids=["pointwise-bn-clip", "depthwise-bn-relu", "pointwise", "depthwise-clip"])
+def test_dynamically_quantized_convolution_becomes_conv_integer_to_float(group, batch_norm_after, activation):
+    """quantize_dynamic's convolution: DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul(Mul(x_scale, w_scale))
+    [-> BatchNormalization] [-> Clip | Relu] runs as one ConvIntegerToFloat from level 2 on, with exactly the
+    chain's results (which are onnxruntime's)."""
+    b = QdqBuilder()
+    channels, shape = 16, (1, 16, 13, 11)
+    x_q, x_scale, x_zero = "x_q", "x_scale", "x_zero"
+    b.nodes.append(helper.make_node("DynamicQuantizeLinear", ["x"], [x_q, x_scale, x_zero]))
+    k = 1 if group == 1 else 3
+    weights = b.const(RNG.integers(-127, 128, (channels, channels // group, k, k)).astype(np.int8))
+    w_scale = b.const(np.float32(0.013))
+    y = b.node("ConvInteger", [x_q, weights, x_zero, b.const(np.int8(0))], group=group, pads=[k // 2] * 4)
+    y = b.node("Cast", [y], to=TensorProto.FLOAT)
+    y = b.node("Mul", [y, b.node("Mul", [x_scale, w_scale])])
+    if batch_norm_after:
+        y = batch_norm(b, y, channels)
+    if activation == "Relu":
+        y = b.node("Relu", [y])
+    elif activation == "Clip":
+        y = b.node("Clip", [y, b.const(np.float32(-1)), b.const(np.float32(3))])
+    model = b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))], y)
+    feeds = {"x": (2 * RNG.standard_normal(shape)).astype(np.float32)}
+    reference = tessera.InferenceSession(model, optimization_level=0).run(None, feeds)[0]
+    session = tessera.InferenceSession(model, optimization_level=3)
+    ops = session_ops(session)
+    assert "ai.tessera:ConvIntegerToFloat" in ops and "ConvInteger" not in ops and "Cast" not in ops, ops
+    assert ("BatchNormalization" in ops) is False and not any(op in ops for op in ("Clip", "Relu")), ops
+    np.testing.assert_array_equal(session.run(None, feeds)[0], reference)
+    np.testing.assert_array_equal(reference, onnxruntime_run(model, feeds, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)[0])
+
+
 def lookup_model(chain, shape=(2, 6, 5, 7), signed=False, channel_axis_dq=False, out_signed=None):
     """x -> Q -> DQ -> chain(b, value) -> Q -> DQ: an activation quantized around float operators (what
     quantize_static leaves around a BatchNormalization it does not fold, or an activation)."""

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -186,8 +187,9 @@ public:
           attrs_(WindowAttributes::parse(info)),
           group_(info.attr_int("group", 1)) {
         if (group_ < 1) throw KernelError(op_ + ": group must be positive, got " + std::to_string(group_));
-        if (fused && info.has_input(9)) load_table(info);
-        if (fused && info.has_input(10)) load_dequantization(info);
+        if (fused && quantized && info.has_input(9)) load_table(info);
+        if (fused && quantized && info.has_input(10)) load_dequantization(info);
+        if (fused && !quantized) load_float_epilogue(info);
         prepack_filters(info);
     }
 
@@ -199,6 +201,23 @@ public:
 
     void compute(KernelContext& ctx) const override {
         const Run run = prepare(ctx, 0);
+        if (to_float_) {
+            // scale = a_scale * b_scale in float, as the chain's Mul of the two computes it.
+            const Tensor& a_scale = ctx.input(4);
+            const Tensor& b_scale = ctx.input(5);
+            for (const Tensor* t : {&a_scale, &b_scale}) {
+                if (t->type != TESS_ELEMENT_FLOAT32 || t->size() != 1)
+                    throw KernelError(op_ + ": a_scale and b_scale must be float32 scalars");
+            }
+            if (!channel_scale_.empty() && static_cast<int64_t>(channel_scale_.size()) != run.M)
+                throw KernelError(op_ + ": the channel scale and shift must have " + std::to_string(run.M) + " values");
+            FloatOutput floats{epilogue_, nullptr};
+            floats.epilogue.scale = a_scale.ptr<float>()[0] * b_scale.ptr<float>()[0];
+            Tensor& Y = ctx.output(0, TESS_ELEMENT_FLOAT32, run.output_shape);
+            floats.y = Y.ptr<float>();
+            convolve(ctx.pool(), run.g, *run.X, run.x_zero, *run.W, run.w_zero, nullptr, nullptr, &floats);
+            return;
+        }
         if (!quantized_) {
             Tensor& Y = ctx.output(0, TESS_ELEMENT_INT32, run.output_shape);
             convolve(ctx.pool(), run.g, *run.X, run.x_zero, *run.W, run.w_zero, Y.ptr<int32_t>(), nullptr);
@@ -472,12 +491,70 @@ private:
         int64_t j0_, W_;
     };
 
+    // Where ConvIntegerToFloat's floats go: Y [N, M, positions].
+    struct FloatOutput {
+        FloatEpilogue epilogue;
+        float* y;
+    };
+
+    // The sums of one image's group of filters (filter m of the group is channel first_filter + m) as floats.
+    class FloatSink final : public Int8GemmSink {
+    public:
+        FloatSink(const FloatEpilogue& e, int64_t first_filter, float* y, int64_t positions)
+            : e_(e), first_filter_(first_filter), y_(y), positions_(positions) {}
+        void write(int64_t m0, int64_t rows, int64_t n0, int64_t columns, const int32_t* sums,
+                   int64_t ld) const override {
+            float_rows(sums, ld, rows, columns, first_filter_ + m0, e_, y_ + m0 * positions_ + n0, positions_);
+        }
+
+    private:
+        const FloatEpilogue& e_;
+        int64_t first_filter_;
+        float* y_;
+        int64_t positions_;
+    };
+
     // y[j] = (float(q[j]) - zero) * scale for j < n: DequantizeLinear's arithmetic (the difference is exact).
     template <typename Q> static void dequantize_row(const Q* q, int64_t n, const Dequantization& dq, float* y) {
         const float scale = dq.scale, zero = dq.zero;
         vec::run_best_isa([=] {
             for (int64_t j = 0; j < n; ++j) y[j] = (static_cast<float>(q[j]) - zero) * scale;
         });
+    }
+
+    // ConvIntegerToFloat: inputs 4 and 5 the scales (read each run), 6 and 7 the constant per-channel scale and
+    // shift of a BatchNormalization after the chain (or none), the activation attributes a Clip or Relu after it.
+    void load_float_epilogue(const NodeInfo& info) {
+        to_float_ = true;
+        if (info.has_input(6) != info.has_input(7))
+            throw KernelError(op_ + ": the channel scale and shift (inputs 6 and 7) come together");
+        if (info.has_input(6)) {
+            for (size_t i : {size_t{6}, size_t{7}}) {
+                const std::optional<Tensor> t = info.constant_tensor(i);
+                if (!t || t->type != TESS_ELEMENT_FLOAT32 || t->rank() != 1)
+                    throw KernelError(op_ + ": the channel scale and shift must be constant float32 vectors");
+                const auto* values = static_cast<const float*>(t->data);
+                (i == 6 ? channel_scale_ : channel_shift_).assign(values, values + t->size());
+            }
+            if (channel_scale_.size() != channel_shift_.size())
+                throw KernelError(op_ + ": the channel scale and shift differ in length");
+            epilogue_.channel_scale = channel_scale_.data();
+            epilogue_.channel_shift = channel_shift_.data();
+        }
+        const std::string activation = info.attr_string("activation", "");
+        const std::vector<float> params = info.attr_floats("activation_params", {});
+        if (activation == "Relu") {
+            epilogue_.clamp = true;
+            epilogue_.low = 0.0f;
+            epilogue_.high = std::numeric_limits<float>::infinity();
+        } else if (activation == "Clip") {
+            if (params.size() != 2) throw KernelError(op_ + ": Clip takes activation_params [min, max]");
+            epilogue_.clamp = true;
+            epilogue_.low = params[0];
+            epilogue_.high = params[1];
+        } else if (!activation.empty()) {
+            throw KernelError(op_ + ": unsupported activation " + activation);
+        }
     }
 
     void load_dequantization(const NodeInfo& info) {
@@ -540,8 +617,10 @@ private:
     }
 
     // The convolution's sums, written laid out as Y [N, M, positions] into `sums`, or requantized into Y.
+    // With `floats`, the sums end as floats instead (ConvIntegerToFloat): sums and requantization are null.
     void convolve(ThreadPool& pool, const WindowGeometry& g, const Tensor& X, int32_t x_zero, const Tensor& W,
-                  const std::vector<int32_t>& w_zero, int32_t* sums, const Requantization* requantization) const {
+                  const std::vector<int32_t>& w_zero, int32_t* sums, const Requantization* requantization,
+                  const FloatOutput* floats = nullptr) const {
         const int64_t batch = X.shape[0], channels = X.shape[1], M = W.shape[0];
         const int64_t channels_per_group = channels / group_, filters_per_group = M / group_;
         const int64_t depth = channels_per_group * g.kernel_size(), positions = g.output_size();
@@ -550,6 +629,11 @@ private:
             g.kernel_size() <= kExactFloatTaps) {
             dispatch_8bit(X.type, [&]<typename TX>() {
                 dispatch_8bit(W.type, [&]<typename TW>() {
+                    if (floats != nullptr) {
+                        depthwise_float<TX, TW, float>(pool, g, X.ptr<TX>(), batch, channels, x_zero, W.ptr<TW>(),
+                                                       w_zero, nullptr, floats->y, &floats->epilogue);
+                        return;
+                    }
                     if (requantization == nullptr) {
                         depthwise_float<TX, TW, int32_t>(pool, g, X.ptr<TX>(), batch, channels, x_zero, W.ptr<TW>(),
                                                          w_zero, nullptr, sums);
@@ -565,13 +649,21 @@ private:
         }
         if (channels_per_group == 1 && filters_per_group == 1 && g.rank() == 2) {
             // The int32 sums in this thread's scratch, kept for the next run (no allocation, no zeroing).
-            if (requantization) sums = thread_scratch_buffer<int32_t, 15>(batch * M * positions);
+            if (requantization || floats) sums = thread_scratch_buffer<int32_t, 15>(batch * M * positions);
             dispatch_8bit(X.type, [&]<typename TX>() {
                 dispatch_8bit(W.type, [&]<typename TW>() {
                     depthwise<TX, TW>(pool, g, X.ptr<TX>(), batch, channels, x_zero, W.ptr<TW>(), w_zero, sums);
                 });
             });
             if (requantization) requantize_planes(pool, *requantization, sums, batch * M, M, positions);
+            if (floats) {
+                pool.parallel_for(batch * M, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, positions)),
+                                  [&](int64_t first, int64_t last) {
+                                      for (int64_t row = first; row < last; ++row)
+                                          float_rows(sums + row * positions, positions, 1, positions, row % M,
+                                                     floats->epilogue, floats->y + row * positions, positions);
+                                  });
+            }
             return;
         }
         const bool pointwise = g.is_pointwise();
@@ -593,6 +685,13 @@ private:
                 const Int8PackedA& filters = packed_filters_.empty() ? *packed_here : packed_filters_[grp];
                 const int32_t* filter_zeros = w_zero.data() + grp * filters_per_group;
                 const int64_t first_row = n * M + grp * filters_per_group;
+                if (floats != nullptr) {
+                    const FloatSink sink(floats->epilogue, grp * filters_per_group, floats->y + first_row * positions,
+                                         positions);
+                    int8_gemm_streaming(pool, filters, operand, x_signed, positions, positions, filter_zeros, x_zero,
+                                        sink);
+                    continue;
+                }
                 if (requantization == nullptr) {
                     const Int8PackedB packed(operand, x_signed, depth, positions, positions, 1, &pool);
                     const std::vector<int32_t> x_zero_columns(static_cast<size_t>(positions), x_zero);
@@ -642,7 +741,7 @@ private:
     template <typename TX, typename TW, typename Out>
     static void depthwise_float(ThreadPool& pool, const WindowGeometry& g, const TX* x, int64_t batch,
                                 int64_t channels, int32_t x_zero, const TW* w, const std::vector<int32_t>& w_zero,
-                                const Requantization* r, Out* y) {
+                                const Requantization* r, Out* y, const FloatEpilogue* e = nullptr) {
         const int64_t H = g.input[0], W = g.input[1], OH = g.output[0], OW = g.output[1];
         const int64_t KH = g.kernel[0], KW = g.kernel[1], SH = g.strides[0], SW = g.strides[1];
         const int64_t DH = g.dilations[0], DW = g.dilations[1], PH = g.pads_begin[0], PW = g.pads_begin[1];
@@ -700,7 +799,9 @@ private:
                 int32_t* exact = std::is_same_v<Out, int32_t> ? reinterpret_cast<int32_t*>(out) : sums;
                 for (int64_t oh = 0; oh < OH; ++oh)
                     for (int64_t ow = 0; ow < OW; ++ow) exact[oh * OW + ow] = static_cast<int32_t>(sum[oh * AS + ow]);
-                if constexpr (!std::is_same_v<Out, int32_t>) {
+                if constexpr (std::is_same_v<Out, float>) {
+                    float_rows(sums, OH * OW, 1, OH * OW, c, *e, out, OH * OW);
+                } else if constexpr (!std::is_same_v<Out, int32_t>) {
                     requantize_run(sums, r->bias ? r->bias[c] : 0, r->multipliers + c, true, OH * OW, r->out, out);
                     r->look_up(c, out, OH * OW);
                 }
@@ -758,6 +859,9 @@ private:
     bool quantized_;
     WindowAttributes attrs_;
     int64_t group_;
+    bool to_float_ = false;                     // ConvIntegerToFloat
+    FloatEpilogue epilogue_;                    // its scale (set per run), channel affine and clamp
+    std::vector<float> channel_scale_, channel_shift_;
     std::optional<Dequantization> dequantize_;  // the fused DequantizeLinear of the output
     std::optional<WindowGeometry> declared_;   // the geometry the model declares, where a blocked output may be
     bool blocked_capable_ = false;             // may write a blocked y (writes_blocked)
@@ -803,6 +907,20 @@ void register_integer_conv_kernels(KernelRegistry& registry) {
                                if (info.input_count() > 10)
                                    throw KernelError("QLinearConv (fused): at most 10 inputs");
                                return std::make_unique<IntegerConvKernel>(info, true, true);
+                           }});
+    // ConvInteger -> Cast -> Mul(Mul(a_scale, b_scale)) [-> BatchNormalization] [-> Clip/Relu], fused by the
+    // optimizer (core/optimizer/fuse_dynamic_quantization.cc): quantize_dynamic's convolutions.
+    registry.add(KernelDef{.domain = TESS_FUSED_OPS_DOMAIN,
+                           .op_type = "ConvIntegerToFloat",
+                           .since_version = 1,
+                           .end_version = 0,
+                           .input_types = {{0, k8bit}, {1, k8bit}, {4, {TESS_ELEMENT_FLOAT32}},
+                                           {5, {TESS_ELEMENT_FLOAT32}}},
+                           .memory = KernelMemory::Normal,
+                           .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
+                               if (!info.has_input(4) || !info.has_input(5))
+                                   throw KernelError("ConvIntegerToFloat: the scales (inputs 4 and 5) are required");
+                               return std::make_unique<IntegerConvKernel>(info, false, true);
                            }});
     registry.add(KernelDef{.domain = TESS_FUSED_OPS_DOMAIN,
                            .op_type = "QLinearConvToFloat",

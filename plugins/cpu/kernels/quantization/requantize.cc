@@ -149,6 +149,58 @@ void requantize_rows(const int32_t* sums, int64_t ld, int64_t rows, int64_t n, c
     }
 }
 
+namespace {
+
+// One row of float_rows, 16 lanes at a time: explicit multiplies and adds (no contraction into an FMA).
+[[gnu::target("avx512f"), gnu::optimize("fp-contract=off")]] void float_row_avx512(const int32_t* sums, int64_t n,
+                                                                                   float scale, bool affine, float a,
+                                                                                   float b, bool clamp, float low,
+                                                                                   float high, float* y) {
+    const __m512 s = _mm512_set1_ps(scale), va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
+    const __m512 lo = _mm512_set1_ps(low), hi = _mm512_set1_ps(high);
+    for (int64_t k = 0; k < n; k += 16) {
+        const __mmask16 mask = n - k >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - k)) - 1);
+        __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(mask, sums + k)), s);
+        if (affine) v = _mm512_add_ps(_mm512_mul_ps(v, va), vb);
+        if (clamp) {
+            v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), v, lo);
+            v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), v, hi);
+        }
+        _mm512_mask_storeu_ps(y + k, mask, v);
+    }
+}
+
+[[gnu::optimize("fp-contract=off")]] void float_row_plain(const int32_t* sums, int64_t n, float scale, bool affine,
+                                                          float a, float b, bool clamp, float low, float high,
+                                                          float* y) {
+    for (int64_t k = 0; k < n; ++k) {
+        float v = static_cast<float>(sums[k]) * scale;
+        if (affine) v = v * a + b;
+        if (clamp) {
+            v = v < low ? low : v;
+            v = v > high ? high : v;
+        }
+        y[k] = v;
+    }
+}
+
+}  // namespace
+
+void float_rows(const int32_t* sums, int64_t ld, int64_t rows, int64_t n, int64_t m0, const FloatEpilogue& e,
+                float* y, int64_t ldy) {
+    const bool affine = e.channel_scale != nullptr;
+    for (int64_t r = 0; r < rows; ++r) {
+        const float a = affine ? e.channel_scale[m0 + r] : 1.0f, b = affine ? e.channel_shift[m0 + r] : 0.0f;
+#if TESSERA_CPU_X86
+        if (vec::best_isa() == vec::Isa::Avx512) {
+            float_row_avx512(sums + r * ld, n, e.scale, affine, a, b, e.clamp, e.low, e.high, y + r * ldy);
+            continue;
+        }
+#endif
+        float_row_plain(sums + r * ld, n, e.scale, affine, a, b, e.clamp, e.low, e.high, y + r * ldy);
+    }
+}
+
 template void requantize_rows<int8_t>(const int32_t*, int64_t, int64_t, int64_t, const int32_t*, const float*,
                                       const OutputQuantization&, int8_t*, int64_t, const uint8_t*, bool);
 template void requantize_rows<uint8_t>(const int32_t*, int64_t, int64_t, int64_t, const int32_t*, const float*,

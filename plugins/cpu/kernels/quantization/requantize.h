@@ -70,4 +70,20 @@ void requantize_rows(const int32_t* sums, int64_t ld, int64_t rows, int64_t n, c
                      const float* multipliers, const OutputQuantization& q, Out* y, int64_t ldy,
                      const uint8_t* tables = nullptr, bool tables_per_row = false);
 
+// How a dynamically quantized convolution ends (ConvIntegerToFloat, the fused ConvInteger -> Cast -> Mul ->
+// [BatchNormalization] -> [Clip/Relu] chain of quantize_dynamic): y = clamp((float(sum) * scale) * a[m] + b[m]),
+// each step rounded as its node rounds it (a multiply, then an add: no FMA) and clamped as Clip clamps (x < low ?
+// low : x, then > high ? high : ...; NaN stays).
+struct FloatEpilogue {
+    float scale = 1.0f;                    // the product of the input's and the weights' scales
+    const float* channel_scale = nullptr;  // a[m] of a folded BatchNormalization, or null
+    const float* channel_shift = nullptr;  // b[m]
+    bool clamp = false;
+    float low = 0.0f, high = 0.0f;
+};
+
+// Rows r < rows of n sums each (row stride ld) into y (row stride ldy) as above, row r being channel m0 + r.
+void float_rows(const int32_t* sums, int64_t ld, int64_t rows, int64_t n, int64_t m0, const FloatEpilogue& e,
+                float* y, int64_t ldy);
+
 }  // namespace tessera::cpu::quant
