@@ -148,6 +148,19 @@ __attribute__((target("avx512f"))) void quantize_from_blocked_avx512(const float
                                                                             low, high)));
 }
 
+__attribute__((target("avx512f"))) void blocked_to_planes_avx512(const float* src, int64_t count, int64_t positions,
+                                                                  float* y) {
+    int64_t p = 0;
+    for (; p + kChannelBlock <= count; p += kChannelBlock) {
+        __m512 r[kChannelBlock];
+        for (int64_t i = 0; i < kChannelBlock; ++i) r[i] = _mm512_loadu_ps(src + (p + i) * kChannelBlock);
+        transpose16x16(r);
+        for (int64_t c = 0; c < kChannelBlock; ++c) _mm512_storeu_ps(y + c * positions + p, r[c]);
+    }
+    for (; p < count; ++p)
+        for (int64_t c = 0; c < kChannelBlock; ++c) y[c * positions + p] = src[p * kChannelBlock + c];
+}
+
 }  // namespace
 
 template <typename In>
@@ -162,6 +175,9 @@ template void dequantize_to_blocked<uint8_t>(const uint8_t*, int64_t, int64_t, f
 template void dequantize_to_blocked<int8_t>(const int8_t*, int64_t, int64_t, float, float, float*);
 template void quantize_from_blocked<uint8_t>(const float*, int64_t, float, float, int64_t, uint8_t*);
 template void quantize_from_blocked<int8_t>(const float*, int64_t, float, float, int64_t, int8_t*);
+void blocked_to_planes(const float* src, int64_t count, int64_t positions, float* y) {
+    blocked_to_planes_avx512(src, count, positions, y);
+}
 
 namespace {
 
@@ -1151,6 +1167,7 @@ template void dequantize_to_blocked<uint8_t>(const uint8_t*, int64_t, int64_t, f
 template void dequantize_to_blocked<int8_t>(const int8_t*, int64_t, int64_t, float, float, float*);
 template void quantize_from_blocked<uint8_t>(const float*, int64_t, float, float, int64_t, uint8_t*);
 template void quantize_from_blocked<int8_t>(const float*, int64_t, float, float, int64_t, int8_t*);
+void blocked_to_planes(const float*, int64_t, int64_t, float*) { x86_kernel_unavailable(__func__); }
 void blocked_conv2d(ThreadPool&, const WindowGeometry&, const LanePackedFilters&, BlockedConvLayout, const float*,
                     int64_t, int64_t, const float*, const ConvEpilogue*, const float*, float*) {
     x86_kernel_unavailable(__func__);

@@ -50,6 +50,10 @@ void dequantize_to_blocked(const In* x, int64_t positions, int64_t count, float 
 template <typename Out>
 void quantize_from_blocked(const float* src, int64_t count, float scale, float zero, int64_t positions, Out* y);
 
+// The 16 channels of `count` positions of one blocked channel block (src[p * 16 + c]) as rows of NCHW planes:
+// y[c * positions + p].  AVX-512 only, as the layout is.
+void blocked_to_planes(const float* src, int64_t count, int64_t positions, float* y);
+
 // How the tensors of one blocked_conv2d call are laid out.
 struct BlockedConvLayout {
     bool x_blocked = false;  // X (C a multiple of 16 when set)

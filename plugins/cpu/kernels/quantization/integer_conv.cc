@@ -190,6 +190,7 @@ public:
         if (fused && quantized && info.has_input(9)) load_table(info);
         if (fused && quantized && info.has_input(10)) load_dequantization(info);
         if (fused && !quantized) load_float_epilogue(info);
+        if (to_float_) pack_blocked_depthwise_filters(info);
         prepack_filters(info);
     }
 
@@ -215,6 +216,12 @@ public:
             floats.epilogue.scale = a_scale.ptr<float>()[0] * b_scale.ptr<float>()[0];
             Tensor& Y = ctx.output(0, TESS_ELEMENT_FLOAT32, run.output_shape);
             floats.y = Y.ptr<float>();
+            if (Y.size() == 0) return;
+            if (!blocked_depthwise_.empty() && run.X->rank() == 4 && run.X->shape[1] == run.M &&
+                run.g.rank() == 2) {
+                depthwise_to_float_blocked(ctx.pool(), run, floats);
+                return;
+            }
             convolve(ctx.pool(), run.g, *run.X, run.x_zero, *run.W, run.w_zero, nullptr, nullptr, &floats);
             return;
         }
@@ -557,6 +564,67 @@ private:
         }
     }
 
+    // A depthwise ConvIntegerToFloat of constant filters and zero points over whole blocks of channels runs on the
+    // blocked float kernels: the centered filters (w - w_zero, exact in float) packed for blocked_depthwise2d.
+    void pack_blocked_depthwise_filters(const NodeInfo& info) {
+        const std::optional<Tensor> W = info.constant_tensor(1);
+        if (!W || W->rank() != 4 || W->shape[1] != 1 || W->shape[0] != group_ || group_ % kChannelBlock != 0 ||
+            !blocked_layout_enabled())
+            return;
+        const int64_t C = W->shape[0], taps = W->shape[2] * W->shape[3];
+        if (taps > kExactFloatTaps) return;
+        std::vector<int32_t> zeros(static_cast<size_t>(C), 0);
+        if (info.has_input(3)) {
+            const std::optional<Tensor> Z = info.constant_tensor(3);
+            if (!Z || !is_8bit(Z->type) || (Z->size() != 1 && Z->size() != C)) return;
+            const std::vector<double> values = load_all(*Z);
+            for (int64_t c = 0; c < C; ++c) zeros[c] = static_cast<int32_t>(values[Z->size() == 1 ? 0 : c]);
+        }
+        const std::vector<double> w = load_all(*W);
+        std::vector<float> centered(static_cast<size_t>(C * taps));
+        for (int64_t c = 0; c < C; ++c)
+            for (int64_t t = 0; t < taps; ++t)
+                centered[c * taps + t] = static_cast<float>(static_cast<int32_t>(w[c * taps + t]) - zeros[c]);
+        blocked_depthwise_ = pack_blocked_depthwise(centered.data(), C, taps);
+    }
+
+    // The blocked path: X centered (x - x_zero, exact) into the blocked layout, the blocked depthwise convolution
+    // of the centered filters (every partial sum an exact integer below 2^24: at most 256 taps of products below
+    // 2^16), and each band of its rows back into NCHW planes with the epilogue while in cache.
+    void depthwise_to_float_blocked(ThreadPool& pool, const Run& run, const FloatOutput& floats) const {
+        const Tensor& X = *run.X;
+        const int64_t N = X.shape[0], C = X.shape[1], P = X.shape[2] * X.shape[3];
+        float* centered = thread_scratch_buffer<float, 43>(N * C * P);
+        const float zero = static_cast<float>(run.x_zero);
+        dispatch_8bit(X.type, [&]<typename TX>() {
+            const TX* x = X.ptr<TX>();
+            pool.parallel_for(N * (C / kChannelBlock), 1, [&](int64_t first, int64_t last) {
+                for (int64_t b = first; b < last; ++b)
+                    dequantize_to_blocked(x + b * kChannelBlock * P, P, P, 1.0f, zero, centered + b * kChannelBlock * P);
+            });
+        });
+        const PlaneSink sink(floats, C, run.g.output[0] * run.g.output[1], run.g.output[1]);
+        blocked_depthwise2d(pool, run.g, blocked_depthwise_.data(), N, C, centered, nullptr, nullptr, nullptr, nullptr,
+                            &sink);
+    }
+
+    // Rows of the blocked depthwise convolution's sums into NCHW planes of Y, then the epilogue on them.
+    class PlaneSink final : public BlockedBandSink {
+    public:
+        PlaneSink(const FloatOutput& f, int64_t C, int64_t positions, int64_t OW)
+            : f_(f), C_(C), positions_(positions), OW_(OW) {}
+        void take(int64_t n, int64_t block, int64_t oh0, int64_t oh1, const float* rows) const override {
+            const int64_t count = (oh1 - oh0) * OW_, c0 = block * kChannelBlock;
+            float* y = f_.y + (n * C_ + c0) * positions_ + oh0 * OW_;
+            blocked_to_planes(rows, count, positions_, y);
+            float_rows(y, positions_, kChannelBlock, count, c0, f_.epilogue, y, positions_);
+        }
+
+    private:
+        const FloatOutput& f_;
+        int64_t C_, positions_, OW_;
+    };
+
     void load_dequantization(const NodeInfo& info) {
         const std::optional<Tensor> scale = info.constant_tensor(10);
         const std::optional<Tensor> zero = info.has_input(11) ? info.constant_tensor(11) : std::nullopt;
@@ -862,6 +930,7 @@ private:
     bool to_float_ = false;                     // ConvIntegerToFloat
     FloatEpilogue epilogue_;                    // its scale (set per run), channel affine and clamp
     std::vector<float> channel_scale_, channel_shift_;
+    std::vector<float> blocked_depthwise_;      // centered depthwise filters for blocked_depthwise2d (or empty)
     std::optional<Dequantization> dequantize_;  // the fused DequantizeLinear of the output
     std::optional<WindowGeometry> declared_;   // the geometry the model declares, where a blocked output may be
     bool blocked_capable_ = false;             // may write a blocked y (writes_blocked)

@@ -1,6 +1,8 @@
 // CPU provider: requantization of integer products' tiles and 8-bit table lookups (see requantize.h).
 #include "kernels/quantization/requantize.h"
 
+#include <type_traits>
+
 #include "util/cpu_isa.h"
 
 #if TESSERA_CPU_X86
@@ -152,7 +154,8 @@ void requantize_rows(const int32_t* sums, int64_t ld, int64_t rows, int64_t n, c
 namespace {
 
 // One row of float_rows, 16 lanes at a time: explicit multiplies and adds (no contraction into an FMA).
-[[gnu::target("avx512f"), gnu::optimize("fp-contract=off")]] void float_row_avx512(const int32_t* sums, int64_t n,
+template <typename In>
+[[gnu::target("avx512f"), gnu::optimize("fp-contract=off")]] void float_row_avx512(const In* sums, int64_t n,
                                                                                    float scale, bool affine, float a,
                                                                                    float b, bool clamp, float low,
                                                                                    float high, float* y) {
@@ -160,7 +163,9 @@ namespace {
     const __m512 lo = _mm512_set1_ps(low), hi = _mm512_set1_ps(high);
     for (int64_t k = 0; k < n; k += 16) {
         const __mmask16 mask = n - k >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - k)) - 1);
-        __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(mask, sums + k)), s);
+        const __m512 value = std::is_same_v<In, float> ? _mm512_maskz_loadu_ps(mask, sums + k)
+                                                       : _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(mask, sums + k));
+        __m512 v = _mm512_mul_ps(value, s);
         if (affine) v = _mm512_add_ps(_mm512_mul_ps(v, va), vb);
         if (clamp) {
             v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), v, lo);
@@ -170,9 +175,9 @@ namespace {
     }
 }
 
-[[gnu::optimize("fp-contract=off")]] void float_row_plain(const int32_t* sums, int64_t n, float scale, bool affine,
-                                                          float a, float b, bool clamp, float low, float high,
-                                                          float* y) {
+template <typename In>
+[[gnu::optimize("fp-contract=off")]] void float_row_plain(const In* sums, int64_t n, float scale, bool affine, float a,
+                                                          float b, bool clamp, float low, float high, float* y) {
     for (int64_t k = 0; k < n; ++k) {
         float v = static_cast<float>(sums[k]) * scale;
         if (affine) v = v * a + b;
@@ -184,10 +189,9 @@ namespace {
     }
 }
 
-}  // namespace
-
-void float_rows(const int32_t* sums, int64_t ld, int64_t rows, int64_t n, int64_t m0, const FloatEpilogue& e,
-                float* y, int64_t ldy) {
+template <typename In>
+void float_rows_of(const In* sums, int64_t ld, int64_t rows, int64_t n, int64_t m0, const FloatEpilogue& e, float* y,
+                   int64_t ldy) {
     const bool affine = e.channel_scale != nullptr;
     for (int64_t r = 0; r < rows; ++r) {
         const float a = affine ? e.channel_scale[m0 + r] : 1.0f, b = affine ? e.channel_shift[m0 + r] : 0.0f;
@@ -199,6 +203,17 @@ void float_rows(const int32_t* sums, int64_t ld, int64_t rows, int64_t n, int64_
 #endif
         float_row_plain(sums + r * ld, n, e.scale, affine, a, b, e.clamp, e.low, e.high, y + r * ldy);
     }
+}
+
+}  // namespace
+
+void float_rows(const int32_t* sums, int64_t ld, int64_t rows, int64_t n, int64_t m0, const FloatEpilogue& e,
+                float* y, int64_t ldy) {
+    float_rows_of(sums, ld, rows, n, m0, e, y, ldy);
+}
+void float_rows(const float* sums, int64_t ld, int64_t rows, int64_t n, int64_t m0, const FloatEpilogue& e, float* y,
+                int64_t ldy) {
+    float_rows_of(sums, ld, rows, n, m0, e, y, ldy);
 }
 
 template void requantize_rows<int8_t>(const int32_t*, int64_t, int64_t, int64_t, const int32_t*, const float*,

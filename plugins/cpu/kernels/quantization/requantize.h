@@ -85,5 +85,8 @@ struct FloatEpilogue {
 // Rows r < rows of n sums each (row stride ld) into y (row stride ldy) as above, row r being channel m0 + r.
 void float_rows(const int32_t* sums, int64_t ld, int64_t rows, int64_t n, int64_t m0, const FloatEpilogue& e,
                 float* y, int64_t ldy);
+// The same from sums already held as floats (exact integers: float(sum) is the value itself); y may be sums.
+void float_rows(const float* sums, int64_t ld, int64_t rows, int64_t n, int64_t m0, const FloatEpilogue& e, float* y,
+                int64_t ldy);
 
 }  // namespace tessera::cpu::quant
