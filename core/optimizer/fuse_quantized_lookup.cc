@@ -227,7 +227,8 @@ private:
                 arity = 9;
             } else if (producer.op_type == "QuantizeLinear" && per_tensor_8bit(graph, producer, "QuantizeLinear") &&
                        element_type(graph, producer.inputs[0]) == TESS_ELEMENT_FLOAT32 &&
-                       element_type(graph, producer.inputs[1]) == TESS_ELEMENT_FLOAT32) {
+                       element_type(graph, producer.inputs[1]) == TESS_ELEMENT_FLOAT32 &&
+                       fusion::int_attribute(producer, "precision", 0) == 0) {  // (the fused kernel divides in float)
                 arity = 3;
             } else {
                 continue;

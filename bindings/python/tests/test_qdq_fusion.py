@@ -511,3 +511,59 @@ def test_depthwise_convolution_takes_over_the_int8_expansion(monkeypatch, tmp_pa
     np.testing.assert_array_equal(ours, apart)
     theirs = onnxruntime_run(model, feeds, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)[0]
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=0.1 + 1e-6)  # one output step
+
+
+@pytest.mark.parametrize("case", ["float-projection", "one-channel", "quantize-precision"])
+def test_joined_operators_in_unusual_neighbourhoods(monkeypatch, case):
+    """Shapes the fusions must leave correct where their fast paths do not apply, with the results of the unfused
+    steps bit for bit: an int8 expansion whose depthwise convolution feeds a float 1x1 projection (which may take the
+    depthwise one over only without its int8 producer), a one-channel pointwise QLinearConvToFloat, and a
+    QuantizeLinear whose `precision` attribute (opset 23) rounds its quotient to float16, which no fused form (they
+    divide in float) may take over."""
+    b = QdqBuilder(opset=23 if case == "quantize-precision" else 17)
+    if case == "float-projection":
+        shape, channels = (1, 16, 96, 96), 32
+        x = b.qdq("x", 0.05, np.int8(3))
+        y = b.node("Conv", [x, b.weight((channels, 16, 1, 1), axis=0), b.bias(channels, 0.05)])
+        y = b.qdq(y, 0.08, np.int8(1))
+        w = b.const((RNG.standard_normal((channels, 1, 3, 3)) * 0.5).astype(np.float32))
+        y = b.node("Conv", [y, w], group=channels, pads=[1, 1, 1, 1])
+        y = b.node("Conv", [y, b.const((RNG.standard_normal((24, channels, 1, 1)) * 0.2).astype(np.float32))])
+    elif case == "one-channel":
+        shape = (1, 1, 9, 7)
+        x = b.qdq("x", 0.05, np.uint8(120))
+        y = b.node("Conv", [x, b.weight((1, 1, 1, 1), axis=0), b.bias(1, 0.05)])
+        quantized = b.q(y, 0.08, np.uint8(128))
+        y = b.dq(quantized, np.float32(0.08), np.uint8(128))
+        y = b.node("Conv", [y, b.const(np.full((1, 1, 3, 3), 0.3, np.float32))], pads=[1, 1, 1, 1])
+    else:
+        shape = (2, 8, 5, 7)
+        q = b.node("QuantizeLinear", ["x", b.const(np.float32(0.05)), b.const(np.int8(3))],
+                   precision=TensorProto.FLOAT16)
+        y = b.node("Relu", [b.dq(q, np.float32(0.05), np.int8(3))])
+        y = b.dq(b.q(y, 0.03, np.int8(0)), np.float32(0.03), np.int8(0))
+    model = b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))], y)
+    feeds = {"x": (2 * RNG.standard_normal(shape)).astype(np.float32)}
+    session = tessera.InferenceSession(model, optimization_level=3)
+    ours = session.run(None, feeds)[0]
+    if case == "quantize-precision":
+        ops = session_ops(session)
+        assert "QuantizeLinear" in ops and "ai.tessera:QuantizeLinear" not in ops, ops
+        np.testing.assert_array_equal(ours, tessera.InferenceSession(model, optimization_level=0).run(None, feeds)[0])
+        return
+    if case == "one-channel":
+        assert "ai.tessera:QLinearConvToFloat" in session_ops(session)
+        # Against the same model with the QLinearConv's bytes also an output (its DequantizeLinear then stays).
+        model.graph.output.append(helper.make_tensor_value_info(quantized, TensorProto.UINT8, None))
+        apart = tessera.InferenceSession(model, optimization_level=3)
+        assert "ai.tessera:QLinearConvToFloat" not in session_ops(apart)
+        np.testing.assert_array_equal(ours, apart.run(None, feeds)[0])
+        return
+    monkeypatch.setenv("TESSERA_CPU_FUSE_PRODUCERS", "0")
+    apart = tessera.InferenceSession(model, optimization_level=3).run(None, feeds)[0]
+    np.testing.assert_array_equal(ours, apart)
+    monkeypatch.delenv("TESSERA_CPU_FUSE_PRODUCERS")
+    # Against float convolutions of the dequantized values: the int8 product may differ by one step (0.08) where
+    # a value rounds across a half, which the projection scales by at most the sum of its weights' magnitudes.
+    reference = tessera.InferenceSession(model, optimization_level=1).run(None, feeds)[0]
+    np.testing.assert_allclose(ours, reference, rtol=0, atol=0.5)

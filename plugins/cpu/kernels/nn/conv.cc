@@ -439,6 +439,9 @@ private:
             !layout_.x_blocked || group_ != 1 || !declared_ || declared_->rank() != 2 || !declared_->is_pointwise() ||
             !window.declared_ || packed_shape_[1] != window.packed_shape_[0])
             return false;
+        // Only a window whose own producer, if it took one over, is a lane-filter convolution (the band path
+        // drives that one; an int8 expansion making its rows on request runs only under the window itself).
+        if (window.absorbed_ && dynamic_cast<const BlockedConvSource*>(window.absorbed_.get()) == nullptr) return false;
         const char* env = std::getenv("TESSERA_CPU_FUSE_PROJECTIONS");
         if (env != nullptr && env[0] == '0') return false;
         return packed_shape_[1] * declared_->input_size() * int64_t(sizeof(float)) >= kTakenOverMinBytes;

@@ -46,7 +46,8 @@ template <typename Fn> void dispatch_8bit(int32_t type, const Fn& fn) { dispatch
 [[gnu::target("avx512f,avx512bw,avx512vl")]] void every_second_byte_avx512(const uint8_t* src, uint8_t* out, int64_t n) {
     for (int64_t i = 0; i < n; i += 32) {
         const int64_t count = std::min<int64_t>(32, n - i);
-        const __mmask64 read = count == 32 ? ~__mmask64{0} : (__mmask64{1} << (2 * count - 1)) - 1;
+        // Bytes 0, 2, ..., 2 (count - 1): never the one after the last tap, which may lie past the image.
+        const __mmask64 read = (__mmask64{1} << (2 * count - 1)) - 1;
         const __m512i words = _mm512_maskz_loadu_epi8(read, src + 2 * i);
         _mm256_mask_storeu_epi8(out + i, count == 32 ? ~__mmask32{0} : (__mmask32{1} << count) - 1,
                                 _mm512_cvtepi16_epi8(words));
@@ -693,8 +694,11 @@ private:
         const int64_t channels_per_group = channels / group_, filters_per_group = M / group_;
         const int64_t depth = channels_per_group * g.kernel_size(), positions = g.output_size();
         if (batch * M * positions == 0) return;
-        if (channels_per_group == 1 && filters_per_group == 1 && g.rank() == 2 &&
-            g.kernel_size() <= kExactFloatTaps) {
+        // (A dequantized output, QLinearConvToFloat, is made by the product's sinks only: one group, even of one
+        // channel and one filter.)
+        const bool per_channel_window = channels_per_group == 1 && filters_per_group == 1 && g.rank() == 2 &&
+                                        !(requantization != nullptr && requantization->dequantize != nullptr);
+        if (per_channel_window && g.kernel_size() <= kExactFloatTaps) {
             dispatch_8bit(X.type, [&]<typename TX>() {
                 dispatch_8bit(W.type, [&]<typename TW>() {
                     if (floats != nullptr) {
@@ -715,7 +719,7 @@ private:
             });
             return;
         }
-        if (channels_per_group == 1 && filters_per_group == 1 && g.rank() == 2) {
+        if (per_channel_window) {
             // The int32 sums in this thread's scratch, kept for the next run (no allocation, no zeroing).
             if (requantization || floats) sums = thread_scratch_buffer<int32_t, 15>(batch * M * positions);
             dispatch_8bit(X.type, [&]<typename TX>() {
