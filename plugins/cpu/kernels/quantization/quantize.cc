@@ -169,6 +169,10 @@ template <typename Out> void quantize_float_run(const float* x, const float* sca
                                                 bool uniform, int64_t n, IntegerRange range, Out* y) {
     const float low = static_cast<float>(range.low), high = static_cast<float>(range.high);
     vec::run_best_isa([=] {
+        // Locals, not the closure's copies: a store through an 8-bit pointer may alias anything, and the closure's
+        // fields would be reloaded after every store.
+        const float* const x_base = x;
+        Out* const y_base = y;
         const vec::Vf vlow = vec::splat(low), vhigh = vec::splat(high);
         const vec::Vf uniform_scale = vec::splat(scale[0]), uniform_zero = vec::splat(zero_point[0]);
         // Lanes [k, k + kLanes) at these pointers (the parameters' only when not uniform).
@@ -178,20 +182,21 @@ template <typename Out> void quantize_float_run(const float* x, const float* sca
             const auto q = saturate_round<Out>(vec::load(x_ptr) / s, z, vlow, vhigh);
             std::memcpy(out_ptr, &q, sizeof q);
         };
+        const int64_t count = n;
         int64_t k = 0;
-        for (; k + vec::kLanes <= n; k += vec::kLanes) block(x + k, scale + k, zero_point + k, y + k);
-        if (k < n) {  // the tail through padded copies
-            const size_t rest = static_cast<size_t>(n - k);
+        for (; k + vec::kLanes <= count; k += vec::kLanes) block(x_base + k, scale + k, zero_point + k, y_base + k);
+        if (k < count) {  // the tail through padded copies
+            const size_t rest = static_cast<size_t>(count - k);
             float x_tail[vec::kLanes] = {}, s_tail[vec::kLanes], z_tail[vec::kLanes] = {};
             std::fill(s_tail, s_tail + vec::kLanes, 1.0f);
             Out out_tail[vec::kLanes];
-            std::memcpy(x_tail, x + k, rest * sizeof(float));
+            std::memcpy(x_tail, x_base + k, rest * sizeof(float));
             if (!uniform) {
                 std::memcpy(s_tail, scale + k, rest * sizeof(float));
                 std::memcpy(z_tail, zero_point + k, rest * sizeof(float));
             }
             block(x_tail, s_tail, z_tail, out_tail);
-            std::memcpy(y + k, out_tail, rest * sizeof(Out));
+            std::memcpy(y_base + k, out_tail, rest * sizeof(Out));
         }
     });
 }

@@ -193,10 +193,11 @@ template <typename In>
 void float_rows_of(const In* sums, int64_t ld, int64_t rows, int64_t n, int64_t m0, const FloatEpilogue& e, float* y,
                    int64_t ldy) {
     const bool affine = e.channel_scale != nullptr;
+    [[maybe_unused]] const bool avx512 = vec::best_isa() == vec::Isa::Avx512;
     for (int64_t r = 0; r < rows; ++r) {
         const float a = affine ? e.channel_scale[m0 + r] : 1.0f, b = affine ? e.channel_shift[m0 + r] : 0.0f;
 #if TESSERA_CPU_X86
-        if (vec::best_isa() == vec::Isa::Avx512) {
+        if (avx512) {
             float_row_avx512(sums + r * ld, n, e.scale, affine, a, b, e.clamp, e.low, e.high, y + r * ldy);
             continue;
         }
