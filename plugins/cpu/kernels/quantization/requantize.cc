@@ -153,6 +153,7 @@ void requantize_rows(const int32_t* sums, int64_t ld, int64_t rows, int64_t n, c
 
 namespace {
 
+#if TESSERA_CPU_X86
 // One row of float_rows, 16 lanes at a time: explicit multiplies and adds (no contraction into an FMA).
 template <typename In>
 [[gnu::target("avx512f"), gnu::optimize("fp-contract=off")]] void float_row_avx512(const In* sums, int64_t n,
@@ -174,6 +175,7 @@ template <typename In>
         _mm512_mask_storeu_ps(y + k, mask, v);
     }
 }
+#endif
 
 template <typename In>
 [[gnu::optimize("fp-contract=off")]] void float_row_plain(const In* sums, int64_t n, float scale, bool affine, float a,
