@@ -8,8 +8,6 @@
 // provider's blocked layout) never writes the tensor between them at all.  Only where every reader of the result is
 // a convolution or an average pool: elsewhere the normalization stays as the model wrote it.  The fused node is kept
 // only where the provider that runs the normalization claims it (PassContext::placement).
-#include <cmath>
-
 #include "optimizer/fusion_util.h"
 #include "optimizer/optimizer.h"
 #include "tessera/provider.h"
@@ -95,16 +93,9 @@ private:
             }
             if (!read_only_by_convolutions_or_pools(graph, walk, tail)) continue;
 
-            // Rounded in float step by step, as the CPU provider's BatchNormalization and onnxruntime's round them
-            // (kernels/nn/normalization.cc): computed in double they would move outputs by an ulp, which a
-            // DynamicQuantizeLinear downstream turns into other integers.
-            const float epsilon = fusion::float_attribute(bn, "epsilon", 1e-5f);
-            std::vector<float> a(static_cast<size_t>(C)), shift(static_cast<size_t>(C));
-            for (size_t c = 0; c < a.size(); ++c) {
-                const float inv_std = 1.0f / std::sqrt((*var)[c] + epsilon);
-                a[c] = inv_std * (*gamma)[c];
-                shift[c] = (*beta)[c] - (*mean)[c] * a[c];
-            }
+            std::vector<float> a, shift;
+            fusion::batchnorm_scale_shift(*gamma, *beta, *mean, *var, fusion::float_attribute(bn, "epsilon", 1e-5f), a,
+                                          shift);
             Node conv;
             conv.name = bn.name.empty() ? tail + "_as_conv" : bn.name + "_as_conv";
             conv.op_type = "FusedConv";

@@ -20,7 +20,7 @@
 // sum converted to float, multiplied by the float product of the scales, then the bias added -- without writing the
 // int32 product, its float copy and the scaled copy to memory in between.  The DynamicQuantizeLinear stays (its
 // outputs often feed several products).
-#include <cmath>
+#include <optional>
 
 #include "optimizer/fusion_util.h"
 #include "optimizer/optimizer.h"
@@ -32,6 +32,48 @@ namespace {
 
 bool is_op(const Node& node, const char* op, size_t inputs, size_t outputs = 1) {
     return node.domain.empty() && node.op_type == op && node.inputs.size() >= inputs && node.outputs.size() == outputs;
+}
+
+// What the MatMul and Conv forms share: product(x_q, W, x_zero, w_zero) with x_q and x_zero from a
+// DynamicQuantizeLinear and W (and w_zero, if given) constant, read only by Cast(to float), read only by
+// Mul(., Mul(x_scale, w_scale)) with x_scale the DynamicQuantizeLinear's and w_scale constant.
+struct ScaledProduct {
+    const Node* quantize;
+    std::string w_zero, x_scale, w_scale;
+    size_t cast, mul;  // node indices
+};
+
+std::optional<ScaledProduct> scaled_product(const Graph& graph, const fusion::ChainWalk& walk,
+                                            const std::unordered_map<std::string, size_t>& producers,
+                                            const Node& product) {
+    auto producer = [&](const std::string& value) -> const Node* {
+        auto it = producers.find(value);
+        return it == producers.end() ? nullptr : &graph.nodes[it->second];
+    };
+    if (product.inputs.size() < 3 || !graph.is_constant(product.inputs[1])) return std::nullopt;
+    ScaledProduct chain;
+    chain.quantize = producer(product.inputs[0]);
+    if (chain.quantize == nullptr || !is_op(*chain.quantize, "DynamicQuantizeLinear", 1, 3) ||
+        product.inputs[2] != chain.quantize->outputs[2])
+        return std::nullopt;
+    chain.w_zero = product.inputs.size() > 3 ? product.inputs[3] : std::string();
+    if (!chain.w_zero.empty() && !graph.is_constant(chain.w_zero)) return std::nullopt;
+    if (!walk.single_reader(product.outputs[0], chain.cast)) return std::nullopt;
+    const Node& cast = graph.nodes[chain.cast];
+    if (!is_op(cast, "Cast", 1) || fusion::int_attribute(cast, "to", 0) != onnx::TensorProto::FLOAT)
+        return std::nullopt;
+    if (!walk.single_reader(cast.outputs[0], chain.mul)) return std::nullopt;
+    const Node& mul = graph.nodes[chain.mul];
+    if (!is_op(mul, "Mul", 2) || mul.inputs.size() != 2) return std::nullopt;
+    const std::string& scale = mul.inputs[0] == cast.outputs[0] ? mul.inputs[1] : mul.inputs[0];
+    // scale = Mul(x_scale, w_scale): the float product of the two, as the fused kernels form it.
+    const Node* scales = producer(scale);
+    if (scales == nullptr || !is_op(*scales, "Mul", 2) || scales->inputs.size() != 2) return std::nullopt;
+    chain.x_scale = chain.quantize->outputs[1];
+    if (scales->inputs[0] == chain.x_scale) chain.w_scale = scales->inputs[1];
+    else if (scales->inputs[1] == chain.x_scale) chain.w_scale = scales->inputs[0];
+    if (chain.w_scale.empty() || !fusion::constant_floats(graph, chain.w_scale)) return std::nullopt;
+    return chain;
 }
 
 class FuseDynamicQuantization : public GraphPass {
@@ -53,44 +95,20 @@ private:
         std::vector<fusion::Candidate> found;
         const auto producers = graph.producers();
         fusion::ChainWalk walk(graph);
-        auto producer = [&](const std::string& value) -> const Node* {
-            auto it = producers.find(value);
-            return it == producers.end() ? nullptr : &graph.nodes[it->second];
-        };
         for (size_t n = 0; n < graph.nodes.size(); ++n) {
             const Node& conv = graph.nodes[n];
-            if (!is_op(conv, "ConvInteger", 3) || walk.taken[n] || !graph.is_constant(conv.inputs[1])) continue;
+            if (!is_op(conv, "ConvInteger", 3) || walk.taken[n]) continue;
             const auto w_dims = fusion::constant_dims(graph, conv.inputs[1]);
             if (!w_dims || w_dims->size() != 4) continue;
             const int64_t M = (*w_dims)[0];
-            // x comes from a DynamicQuantizeLinear whose zero point is used here.
-            const Node* quantize = producer(conv.inputs[0]);
-            if (quantize == nullptr || !is_op(*quantize, "DynamicQuantizeLinear", 1, 3) ||
-                conv.inputs[2] != quantize->outputs[2])
-                continue;
-            const std::string w_zero = conv.inputs.size() > 3 ? conv.inputs[3] : std::string();
-            if (!w_zero.empty() && !graph.is_constant(w_zero)) continue;
-            size_t cast_index = 0, mul_index = 0;
-            if (!walk.single_reader(conv.outputs[0], cast_index)) continue;
-            const Node& cast = graph.nodes[cast_index];
-            if (!is_op(cast, "Cast", 1) || fusion::int_attribute(cast, "to", 0) != onnx::TensorProto::FLOAT) continue;
-            if (!walk.single_reader(cast.outputs[0], mul_index)) continue;
-            const Node& mul = graph.nodes[mul_index];
-            if (!is_op(mul, "Mul", 2) || mul.inputs.size() != 2) continue;
-            const std::string& scale = mul.inputs[0] == cast.outputs[0] ? mul.inputs[1] : mul.inputs[0];
-            const Node* scales = producer(scale);
-            if (scales == nullptr || !is_op(*scales, "Mul", 2) || scales->inputs.size() != 2) continue;
-            const std::string& x_scale = quantize->outputs[1];
-            std::string w_scale;
-            if (scales->inputs[0] == x_scale) w_scale = scales->inputs[1];
-            else if (scales->inputs[1] == x_scale) w_scale = scales->inputs[0];
-            if (w_scale.empty() || !fusion::constant_floats(graph, w_scale, 1)) continue;
-
+            const std::optional<ScaledProduct> chain = scaled_product(graph, walk, producers, conv);
+            if (!chain || fusion::constant_elements(graph, chain->w_scale) != 1) continue;
             fusion::Candidate c;
-            c.nodes = {n, cast_index, mul_index};
-            std::string output = mul.outputs[0];
+            c.nodes = {n, chain->cast, chain->mul};
+            std::string output = graph.nodes[chain->mul].outputs[0];
             Node fused;
-            fused.inputs = {conv.inputs[0], conv.inputs[1], conv.inputs[2], w_zero, x_scale, w_scale};
+            fused.inputs = {conv.inputs[0], conv.inputs[1], conv.inputs[2], chain->w_zero, chain->x_scale,
+                            chain->w_scale};
             // A BatchNormalization after it, as its per-channel scale and shift.
             size_t next = 0;
             if (walk.single_reader(output, next)) {
@@ -103,14 +121,9 @@ private:
                 const auto mean = fusion::constant_floats(graph, bn.inputs.size() == 5 ? bn.inputs[3] : "", M);
                 const auto var = fusion::constant_floats(graph, bn.inputs.size() == 5 ? bn.inputs[4] : "", M);
                 if (plain && bn.inputs[0] == output && gamma && beta && mean && var) {
-                    // Rounded in float step by step, as the normalization rounds them (batchnorm_to_conv.cc).
-                    const float epsilon = fusion::float_attribute(bn, "epsilon", 1e-5f);
-                    std::vector<float> a(static_cast<size_t>(M)), b(static_cast<size_t>(M));
-                    for (size_t k = 0; k < a.size(); ++k) {
-                        const float inv_std = 1.0f / std::sqrt((*var)[k] + epsilon);
-                        a[k] = inv_std * (*gamma)[k];
-                        b[k] = (*beta)[k] - (*mean)[k] * a[k];
-                    }
+                    std::vector<float> a, b;
+                    fusion::batchnorm_scale_shift(*gamma, *beta, *mean, *var,
+                                                  fusion::float_attribute(bn, "epsilon", 1e-5f), a, b);
                     constants.push_back(fusion::add_float_constant(graph, bn.outputs[0] + "_channel_scale", {M}, a));
                     constants.push_back(fusion::add_float_constant(graph, bn.outputs[0] + "_channel_shift", {M}, b));
                     fused.inputs.push_back(constants[constants.size() - 2]);
@@ -150,37 +163,12 @@ private:
         std::vector<fusion::Candidate> found;
         const auto producers = graph.producers();
         fusion::ChainWalk walk(graph);
-        auto producer = [&](const std::string& value) -> const Node* {
-            auto it = producers.find(value);
-            return it == producers.end() ? nullptr : &graph.nodes[it->second];
-        };
         for (size_t n = 0; n < graph.nodes.size(); ++n) {
             const Node& product = graph.nodes[n];
-            if (!is_op(product, "MatMulInteger", 2) || walk.taken[n] || !graph.is_constant(product.inputs[1]))
-                continue;
-            // A comes from a DynamicQuantizeLinear whose scale and zero point are used here.
-            const Node* quantize = producer(product.inputs[0]);
-            if (quantize == nullptr || !is_op(*quantize, "DynamicQuantizeLinear", 1, 3) || product.inputs.size() < 3 ||
-                product.inputs[2] != quantize->outputs[2])
-                continue;
-            const std::string b_zero = product.inputs.size() > 3 ? product.inputs[3] : std::string();
-            if (!b_zero.empty() && !graph.is_constant(b_zero)) continue;
-            size_t cast_index = 0, mul_index = 0;
-            if (!walk.single_reader(product.outputs[0], cast_index)) continue;
-            const Node& cast = graph.nodes[cast_index];
-            if (!is_op(cast, "Cast", 1) || fusion::int_attribute(cast, "to", 0) != onnx::TensorProto::FLOAT) continue;
-            if (!walk.single_reader(cast.outputs[0], mul_index)) continue;
-            const Node& mul = graph.nodes[mul_index];
-            if (!is_op(mul, "Mul", 2) || mul.inputs.size() != 2) continue;
-            const std::string& scale = mul.inputs[0] == cast.outputs[0] ? mul.inputs[1] : mul.inputs[0];
-            // scale = Mul(a_scale, b_scale): the float product of the two, as MatMulIntegerToFloat forms it.
-            const Node* scales = producer(scale);
-            if (scales == nullptr || !is_op(*scales, "Mul", 2) || scales->inputs.size() != 2) continue;
-            const std::string& a_scale = quantize->outputs[1];
-            std::string b_scale;
-            if (scales->inputs[0] == a_scale) b_scale = scales->inputs[1];
-            else if (scales->inputs[1] == a_scale) b_scale = scales->inputs[0];
-            if (b_scale.empty() || !fusion::constant_floats(graph, b_scale)) continue;
+            if (!is_op(product, "MatMulInteger", 2) || walk.taken[n]) continue;
+            const std::optional<ScaledProduct> chain = scaled_product(graph, walk, producers, product);
+            if (!chain) continue;
+            const std::string& b_scale = chain->w_scale;
             // The product's columns, for the bias and a per-column scale.
             const auto b_dims = fusion::constant_dims(graph, product.inputs[1]);
             if (!b_dims || b_dims->size() != 2) continue;
@@ -189,8 +177,8 @@ private:
             if (b_scale_values->size() != 1 && static_cast<int64_t>(b_scale_values->size()) != N) continue;
 
             fusion::Candidate c;
-            c.nodes = {n, cast_index, mul_index};
-            std::string output = mul.outputs[0];
+            c.nodes = {n, chain->cast, chain->mul};
+            std::string output = graph.nodes[chain->mul].outputs[0];
             std::string bias;
             size_t add_index = 0;
             if (walk.single_reader(output, add_index)) {
@@ -209,7 +197,8 @@ private:
             fused.name = (product.name.empty() ? output : product.name) + "_to_float";
             fused.op_type = "MatMulIntegerToFloat";
             fused.domain = "com.microsoft";
-            fused.inputs = {product.inputs[0], product.inputs[1], a_scale, b_scale, quantize->outputs[2], b_zero};
+            fused.inputs = {product.inputs[0], product.inputs[1], chain->x_scale, b_scale, chain->quantize->outputs[2],
+                            chain->w_zero};
             if (!bias.empty()) fused.inputs.push_back(bias);
             fused.outputs = {output};
             for (size_t k : c.nodes) walk.taken[k] = true;

@@ -1,5 +1,7 @@
 #include "optimizer/fusion_util.h"
 
+#include <cmath>
+
 #include <cstring>
 #include <limits>
 #include <unordered_set>
@@ -117,6 +119,18 @@ bool fusable_activation(const Graph& graph, const Node& node, std::string& name,
         return true;
     }
     return false;
+}
+
+void batchnorm_scale_shift(const std::vector<float>& gamma, const std::vector<float>& beta,
+                           const std::vector<float>& mean, const std::vector<float>& var, float epsilon,
+                           std::vector<float>& a, std::vector<float>& b) {
+    a.resize(gamma.size());
+    b.resize(gamma.size());
+    for (size_t c = 0; c < gamma.size(); ++c) {
+        const float inv_std = 1.0f / std::sqrt(var[c] + epsilon);
+        a[c] = inv_std * gamma[c];
+        b[c] = beta[c] - mean[c] * a[c];
+    }
 }
 
 std::unordered_map<std::string, std::vector<size_t>> consumers(const Graph& graph) {

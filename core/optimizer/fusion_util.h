@@ -38,6 +38,14 @@ std::string add_float_constant(Graph& graph, const std::string& base, std::vecto
 // Clip [min, max] with constant bounds) that `node` computes, if it is one.
 bool fusable_activation(const Graph& graph, const Node& node, std::string& name, std::vector<float>& params);
 
+// An inference BatchNormalization as y = x * a + b per channel: a = gamma / sqrt(var + epsilon) and
+// b = beta - mean * a, rounded in float step by step as the CPU provider's normalization and onnxruntime round them
+// (computed in double they would move outputs by an ulp, which a DynamicQuantizeLinear downstream turns into other
+// integers).
+void batchnorm_scale_shift(const std::vector<float>& gamma, const std::vector<float>& beta,
+                           const std::vector<float>& mean, const std::vector<float>& var, float epsilon,
+                           std::vector<float>& a, std::vector<float>& b);
+
 // Node indices reading each value (graph outputs are not counted here).
 std::unordered_map<std::string, std::vector<size_t>> consumers(const Graph& graph);
 
