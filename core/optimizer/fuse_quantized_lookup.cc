@@ -246,7 +246,61 @@ private:
             found.push_back(std::move(c));
         }
         const bool changed = fusion::apply_where_placed(graph, context, found);
-        return fold_dequantization(graph, context) || changed;
+        const bool dequantized = fold_dequantization(graph, context);
+        return fold_additions(graph, context) || dequantized || changed;
+    }
+
+    // DQ(a) + DQ(b) -> Q of per-tensor 8-bit quantizations and one shape (a QDQ model's residual additions):
+    // TESS_FUSED_OPS_DOMAIN QuantizedAdd(a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero), which computes
+    // the three nodes' arithmetic in one pass.  The DequantizeLinears stay while something else reads them.
+    static bool fold_additions(Graph& graph, const PassContext& context) {
+        const auto readers = fusion::consumers(graph);
+        std::unordered_map<std::string, size_t> producers;
+        for (size_t n = 0; n < graph.nodes.size(); ++n)
+            for (const auto& out : graph.nodes[n].outputs) producers[out] = n;
+        auto dequantize = [&](const std::string& value) -> const Node* {
+            const auto at = producers.find(value);
+            if (at == producers.end()) return nullptr;
+            const Node& dq = graph.nodes[at->second];
+            return per_tensor_8bit(graph, dq, "DequantizeLinear") &&
+                           element_type(graph, dq.inputs[1]) == TESS_ELEMENT_FLOAT32
+                       ? &dq
+                       : nullptr;
+        };
+        std::vector<fusion::Candidate> found;
+        std::vector<bool> taken(graph.nodes.size(), false);
+        for (size_t n = 0; n < graph.nodes.size(); ++n) {
+            const Node& add = graph.nodes[n];
+            if (!add.domain.empty() || add.op_type != "Add" || add.inputs.size() != 2 || add.outputs.size() != 1 ||
+                taken[n])
+                continue;
+            const Node* a = dequantize(add.inputs[0]);
+            const Node* b = dequantize(add.inputs[1]);
+            const auto shape_a = fusion::static_shape(graph, add.inputs[0]);
+            const auto shape_b = fusion::static_shape(graph, add.inputs[1]);
+            if (a == nullptr || b == nullptr || !shape_a || shape_a != shape_b) continue;
+            const auto at = readers.find(add.outputs[0]);
+            if (at == readers.end() || at->second.size() != 1 || !fusion::only_feeds(graph, readers, add.outputs[0],
+                                                                                      at->second[0]))
+                continue;
+            const size_t q_index = at->second[0];
+            const Node& q = graph.nodes[q_index];
+            if (!per_tensor_8bit(graph, q, "QuantizeLinear") || q.inputs[0] != add.outputs[0] || taken[q_index] ||
+                element_type(graph, q.inputs[1]) != TESS_ELEMENT_FLOAT32 ||
+                fusion::int_attribute(q, "precision", 0) != 0)
+                continue;
+            fusion::Candidate c;
+            c.nodes = {n, q_index};
+            c.fused.name = (add.name.empty() ? add.outputs[0] : add.name) + "_quantized";
+            c.fused.op_type = "QuantizedAdd";
+            c.fused.domain = TESS_FUSED_OPS_DOMAIN;
+            c.fused.inputs = {a->inputs[0], a->inputs[1], a->inputs[2], b->inputs[0], b->inputs[1], b->inputs[2],
+                              q.inputs[1],  q.inputs[2]};
+            c.fused.outputs = {q.outputs[0]};
+            taken[n] = taken[q_index] = true;
+            found.push_back(std::move(c));
+        }
+        return fusion::apply_where_placed(graph, context, found);
     }
 
     // Whether `conv` is a 1x1 stride-1 unpadded QLinearConv (its weight a constant [M, C, 1, 1]) and only

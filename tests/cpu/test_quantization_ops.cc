@@ -16,7 +16,8 @@ using namespace op_tests;
 
 const KernelRegistry& quant_registry() {
     return testing::registry_with<register_quantize_kernels, register_quantized_product_kernels,
-                                  register_integer_conv_kernels, register_quantized_lookup_kernels>();
+                                  register_integer_conv_kernels, register_quantized_lookup_kernels,
+                                  register_quantized_add_kernels>();
 }
 
 template <typename T> std::vector<T> random_bytes(int64_t count, uint32_t seed) {
@@ -482,6 +483,45 @@ TEST(QuantizedOps, QuantizeLinearWithLookupTableMatchesReference) {
         check_quantize_with_table<uint8_t, uint8_t>(shape, true, seed += 3);
         check_quantize_with_table<int8_t, int8_t>(shape, true, seed += 3);
         check_quantize_with_table<int8_t, uint8_t>(shape, false, seed += 3);
+    }
+}
+
+// The fused-domain QuantizedAdd (DQ(a) + DQ(b) -> Q) against the three nodes' arithmetic lane by lane: the
+// differences exact, two products, their sum, the quotient, round half to even, saturate.
+template <typename TA, typename TB, typename TY> void check_quantized_add(const Shape& shape, uint32_t seed) {
+    const auto a = random_bytes<TA>(shape_size(shape), seed);
+    const auto b = random_bytes<TB>(shape_size(shape), seed + 1);
+    const float sa = 0.021f, sb = 0.037f, sy = 0.043f;
+    const TA za = std::is_signed_v<TA> ? TA(-3) : TA(121);
+    const TB zb = std::is_signed_v<TB> ? TB(5) : TB(130);
+    const TY zy = std::is_signed_v<TY> ? TY(-1) : TY(127);
+    NodeBuilder node("QuantizedAdd", 1, TESS_FUSED_OPS_DOMAIN);
+    node.input(element_type_of<TA>()).input(TESS_ELEMENT_FLOAT32).input(element_type_of<TA>());
+    node.input(element_type_of<TB>()).input(TESS_ELEMENT_FLOAT32).input(element_type_of<TB>());
+    node.input(TESS_ELEMENT_FLOAT32).input(element_type_of<TY>()).output(element_type_of<TY>());
+    const auto out = run_node(quant_registry(), node,
+                              {tensor<TA>(shape, a), testing::scalar<float>(sa), testing::scalar<TA>(za),
+                               tensor<TB>(shape, b), testing::scalar<float>(sb), testing::scalar<TB>(zb),
+                               testing::scalar<float>(sy), testing::scalar<TY>(zy)});
+    ASSERT_EQ(dims_of(out[0]), shape);
+    const auto got = values_of<TY>(*out[0]);
+    for (size_t i = 0; i < got.size(); ++i) {
+        volatile float va = (static_cast<float>(a[i]) - static_cast<float>(za)) * sa;
+        volatile float vb = (static_cast<float>(b[i]) - static_cast<float>(zb)) * sb;
+        volatile float sum = va + vb;
+        const float quotient = sum / sy;
+        const int64_t expected = saturate_round<TY>(std::nearbyint(double(quotient)) + double(zy));
+        ASSERT_EQ(int64_t(got[i]), expected) << shape_string(shape) << " element " << i;
+    }
+}
+
+TEST(QuantizedOps, QuantizedAddMatchesDequantizeAddQuantize) {
+    uint32_t seed = 2600;
+    for (const Shape& shape : {Shape{1, 24, 56, 56}, Shape{2, 3, 5, 7}, Shape{17}}) {
+        check_quantized_add<uint8_t, uint8_t, uint8_t>(shape, seed += 3);
+        check_quantized_add<int8_t, int8_t, int8_t>(shape, seed += 3);
+        check_quantized_add<int8_t, uint8_t, uint8_t>(shape, seed += 3);
+        check_quantized_add<uint8_t, int8_t, int8_t>(shape, seed += 3);
     }
 }
 

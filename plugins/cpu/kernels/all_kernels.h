@@ -34,6 +34,7 @@ void register_quantize_kernels(KernelRegistry& registry);      // kernels/quanti
 void register_quantized_lookup_kernels(KernelRegistry& registry);  // kernels/quantization/lookup.cc: QuantizedLookup
 void register_quantized_product_kernels(KernelRegistry& registry);  // kernels/quantization/quantized_products.cc: MatMulInteger, QLinearMatMul
 void register_integer_conv_kernels(KernelRegistry& registry);  // kernels/quantization/integer_conv.cc: ConvInteger, QLinearConv, ...
+void register_quantized_add_kernels(KernelRegistry& registry);  // kernels/quantization/quantized_add.cc: ai.tessera QuantizedAdd
 void register_math_kernels(KernelRegistry& registry);          // kernels/math/math_ops.cc: Einsum, Det, CumProd, LpNormalization, Swish, SwiGLU
 void register_misc_kernels(KernelRegistry& registry);          // kernels/tensor/misc_ops.cc: Unique, Compress, TfIdfVectorizer, random, ...
 void register_ml_kernels(KernelRegistry& registry);            // kernels/ml/ml_ops.cc: ai.onnx.ml (LabelEncoder, TreeEnsemble, ...)

@@ -28,6 +28,7 @@ void register_all_kernels(KernelRegistry& registry) {
     register_quantize_kernels(registry);
     register_quantized_product_kernels(registry);
     register_integer_conv_kernels(registry);
+    register_quantized_add_kernels(registry);
     register_quantized_lookup_kernels(registry);
     register_math_kernels(registry);
     register_misc_kernels(registry);
