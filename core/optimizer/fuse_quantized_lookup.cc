@@ -9,6 +9,13 @@
 // element and its channel, the group maps each of the 256 input values of a channel to one output value, so it is
 // a [C, 256] table.  The table is computed when the session is created by evaluating the group's own nodes (the
 // provider's kernels) on every 8-bit value, so that the lookup gives exactly what the three passes gave.
+//
+// Then, on what quantize_static leaves around its integer operators (each fused node computing exactly what the
+// nodes it replaces compute, and kept only where their provider runs it):
+//   - the lookup joins the QLinearConv or per-tensor QuantizeLinear making its input (fold_into_producers);
+//   - a pointwise QLinearConv's DequantizeLinear read by convolutions joins it as QLinearConvToFloat
+//     (fold_dequantization);
+//   - DQ(a) + DQ(b) -> Q, a residual addition, becomes QuantizedAdd (fold_additions).
 #include <fmt/format.h>
 
 #include <unordered_map>
