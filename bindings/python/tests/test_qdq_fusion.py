@@ -437,11 +437,8 @@ def test_float_depthwise_island_in_the_blocked_layout_matches_nchw(monkeypatch, 
     within one step of the output's quantization."""
     model = _depthwise_island(zero_type, residual)
     x = (RNG.standard_normal((2, 32, 10, 12)) * 4).astype(np.float32)  # saturates at both ends too
-    trace = tmp_path / "trace.json"
-    session = tessera.InferenceSession(model, profile_file=str(trace))
-    blocked = session.run(None, {"x": x})[0]
-    session.end_profiling()
-    steps = {e["args"].get("op_type") for e in json.load(open(trace))["traceEvents"] if e["cat"] == "node"}
+    outputs, steps = _profiled_run(model, {"x": x}, tmp_path / "trace.json")
+    blocked = outputs[0]
     assert ("Conv+QuantizeLinear" in steps) == _blocked_layout_available(), steps
     monkeypatch.setenv("TESSERA_CPU_BLOCKED_LAYOUT", "0")
     nchw = tessera.InferenceSession(model).run(None, {"x": x})[0]
@@ -453,30 +450,38 @@ def test_float_depthwise_island_in_the_blocked_layout_matches_nchw(monkeypatch, 
     np.testing.assert_allclose(blocked, theirs, atol=0.061, rtol=0)
 
 
-def _blocked_layout_available():
-    """Whether the CPU provider uses its blocked layout here (AVX-512F, not capped by TESSERA_CPU_MAX_ISA nor
-    turned off by TESSERA_CPU_BLOCKED_LAYOUT=0)."""
-    if os.environ.get("TESSERA_CPU_MAX_ISA", "") not in ("", "avx512", "amx") or \
+def _cpu_path_available(flag, isa_caps):
+    """Whether the CPU provider takes a path needing the CPU flag `flag` (from /proc/cpuinfo) here: the flag is
+    present, TESSERA_CPU_MAX_ISA is one of `isa_caps` (or unset) and TESSERA_CPU_BLOCKED_LAYOUT=0 does not turn the
+    blocked layout off."""
+    if os.environ.get("TESSERA_CPU_MAX_ISA", "") not in ("",) + isa_caps or \
             os.environ.get("TESSERA_CPU_BLOCKED_LAYOUT") == "0":
         return False
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return " avx512f" in f.read()
+            return f" {flag}" in f.read()
     except OSError:
         return False
+
+
+def _blocked_layout_available():
+    """The blocked layout: AVX-512F."""
+    return _cpu_path_available("avx512f", ("avx512", "amx"))
 
 
 def _amx_available():
-    """Whether the CPU provider runs int8 products on AMX into its blocked layout here: the CPU has AMX-INT8 and
-    neither TESSERA_CPU_MAX_ISA nor TESSERA_CPU_BLOCKED_LAYOUT=0 rules it out (util/int8_gemm.h)."""
-    if os.environ.get("TESSERA_CPU_MAX_ISA", "") not in ("", "amx") or \
-            os.environ.get("TESSERA_CPU_BLOCKED_LAYOUT") == "0":
-        return False
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return " amx_int8" in f.read()
-    except OSError:
-        return False
+    """int8 products on AMX into the blocked layout (util/int8_gemm.h)."""
+    return _cpu_path_available("amx_int8", ("amx",))
+
+
+def _profiled_run(model, feeds, trace, **options):
+    """The session's outputs and the op types of the steps its profile shows (fused steps as "A+B")."""
+    session = tessera.InferenceSession(model, profile_file=str(trace), **options)
+    outputs = session.run(None, feeds)
+    session.end_profiling()
+    with open(trace, encoding="utf-8") as f:
+        steps = {e["args"].get("op_type") for e in json.load(f)["traceEvents"] if e["cat"] == "node"}
+    return outputs, steps
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -498,11 +503,8 @@ def test_depthwise_convolution_takes_over_the_int8_expansion(monkeypatch, tmp_pa
     y = b.qdq(b.node("Conv", [y, w], group=channels, pads=[1, 1, 1, 1], strides=[2, 2]), 0.1, zero_type(2))
     model = b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))], y)
     feeds = {"x": (2 * RNG.standard_normal(shape)).astype(np.float32)}
-    trace = tmp_path / "trace.json"
-    session = tessera.InferenceSession(model, intra_op_threads=threads, profile_file=str(trace))
-    ours = session.run(None, feeds)[0]
-    session.end_profiling()
-    steps = {e["args"].get("op_type") for e in json.load(open(trace))["traceEvents"] if e["cat"] == "node"}
+    outputs, steps = _profiled_run(model, feeds, tmp_path / "trace.json", intra_op_threads=threads)
+    ours = outputs[0]
     # The blocked floats come from AMX row blocks only (elsewhere the steps stay apart, NCHW); the QuantizeLinear
     # after the depthwise convolution takes that one over in turn and quantizes its rows as they are made.
     assert ("QLinearConvToFloat+Conv+QuantizeLinear" in steps) == _amx_available(), steps

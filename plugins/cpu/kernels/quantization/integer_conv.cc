@@ -188,7 +188,7 @@ public:
           attrs_(WindowAttributes::parse(info)),
           group_(info.attr_int("group", 1)) {
         if (group_ < 1) throw KernelError(op_ + ": group must be positive, got " + std::to_string(group_));
-        if (fused && quantized && info.has_input(9)) load_table(info);
+        if (fused && quantized && info.has_input(9)) table_ = ByteTable::load(info, 9, op_);
         if (fused && quantized && info.has_input(10)) load_dequantization(info);
         if (fused && !quantized) load_float_epilogue(info);
         if (to_float_) pack_blocked_depthwise_filters(info);
@@ -231,7 +231,7 @@ public:
             convolve(ctx.pool(), run.g, *run.X, run.x_zero, *run.W, run.w_zero, Y.ptr<int32_t>(), nullptr);
             return;
         }
-        const int32_t y_type = dequantize_ ? TESS_ELEMENT_FLOAT32 : table_.empty() ? run.out.type : table_type_;
+        const int32_t y_type = dequantize_ ? TESS_ELEMENT_FLOAT32 : table_.empty() ? run.out.type : table_.type;
         Tensor& Y = ctx.output(0, y_type, run.output_shape);
         if (y_blocked_ && (run.output_shape.size() != 4 || run.M % kChannelBlock != 0))
             throw KernelError(op_ + ": a blocked output " + shape_string(run.output_shape) + " must be [N, 16k, H, W]");
@@ -366,7 +366,7 @@ private:
 
         Requantization requantization(const IntegerConvKernel& k, void* y) const {
             return Requantization{bias, multipliers.data(), out, y, k.table_.empty() ? nullptr : k.table_.data(),
-                                  k.table_rows_ != 1, k.dequantize_ ? &*k.dequantize_ : nullptr, k.y_blocked_};
+                                  k.table_.rows != 1, k.dequantize_ ? &*k.dequantize_ : nullptr, k.y_blocked_};
         }
     };
 
@@ -426,8 +426,8 @@ private:
         const float xs = x_scale.ptr<float>()[0], ys = y_scale.ptr<float>()[0];
         run.multipliers.resize(static_cast<size_t>(M));
         for (int64_t m = 0; m < M; ++m) run.multipliers[m] = (xs * w_scale.ptr<float>()[w_scale_index(m, 0)]) / ys;
-        if (!table_.empty() && table_rows_ != 1 && table_rows_ != M) {
-            throw KernelError(op_ + ": the lookup table has " + std::to_string(table_rows_) + " rows for " +
+        if (!table_.empty() && table_.rows != 1 && table_.rows != M) {
+            throw KernelError(op_ + ": the lookup table has " + std::to_string(table_.rows) + " rows for " +
                               std::to_string(M) + " output channels");
         }
         return run;
@@ -635,7 +635,7 @@ private:
                                     "8-bit zero point, one each");
         if (group_ != 1) throw KernelError(op_ + ": a fused dequantization takes one group");
         // The bytes dequantized are the table's when there is one, else the requantized output's (y_zero_point).
-        const int32_t bytes_type = !table_.empty() ? table_type_ : info.has_input(7) ? info.input_type(7) : info.input_type(0);
+        const int32_t bytes_type = !table_.empty() ? table_.type : info.has_input(7) ? info.input_type(7) : info.input_type(0);
         if (zero && zero->type != bytes_type)
             throw KernelError(op_ + ": the fused dequantization's zero point is not of the requantized bytes' type");
         dequantize_ = Dequantization{static_cast<const float*>(scale->data)[0],
@@ -651,20 +651,6 @@ private:
             declared_ = resolve_window(op_, attrs_, Shape(x_shape->begin() + 2, x_shape->end()),
                                        Shape(W->shape.begin() + 2, W->shape.end()));
         }
-    }
-
-    void load_table(const NodeInfo& info) {
-        const std::optional<Tensor> table = info.constant_tensor(9);
-        if (!table) throw KernelError(op_ + ": the lookup table (input 9) must be a constant");
-        if (table->type != TESS_ELEMENT_UINT8 && table->type != TESS_ELEMENT_INT8)
-            throw_unsupported_type(op_ + " lookup table", table->type);
-        if (table->rank() != 2 || table->shape[1] != 256 || table->shape[0] < 1)
-            throw KernelError(op_ + ": the lookup table " + shape_string(table->shape) + " must be [M, 256] or [1, 256]");
-        table_rows_ = table->shape[0];
-        table_type_ = table->type;
-        const auto* bytes = static_cast<const uint8_t*>(table->data);
-        table_.assign(bytes, bytes + table->size());
-        info.release_constant(9);
     }
 
     // Constant filters are packed for int8_gemm once, group by group, and the model's copy released; 2-D depthwise
@@ -939,9 +925,7 @@ private:
     std::optional<WindowGeometry> declared_;   // the geometry the model declares, where a blocked output may be
     bool blocked_capable_ = false;             // may write a blocked y (writes_blocked)
     bool y_blocked_ = false;
-    std::vector<uint8_t> table_;  // the fused lookup's [table_rows_][256] bytes (empty: none)
-    int64_t table_rows_ = 1;
-    int32_t table_type_ = TESS_ELEMENT_UINT8;
+    ByteTable table_;  // the fused lookup's (empty: none)
     std::vector<Int8PackedA> packed_filters_;  // per group, when the filters are constant (and not depthwise)
     Tensor filters_view_;                      // their type and shape (no data) once the model's copy is released
 };

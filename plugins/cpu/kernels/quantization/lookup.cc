@@ -16,39 +16,24 @@ namespace tessera::cpu {
 
 namespace {
 
-constexpr int64_t kEntries = 256;
-
 class QuantizedLookupKernel final : public Kernel {
 public:
-    explicit QuantizedLookupKernel(const NodeInfo& info) {
-        const std::optional<Tensor> table = info.constant_tensor(1);
-        if (!table) throw KernelError("QuantizedLookup: the table must be a constant");
-        if (table->type != TESS_ELEMENT_UINT8 && table->type != TESS_ELEMENT_INT8)
-            throw_unsupported_type("QuantizedLookup table", table->type);
-        if (table->rank() != 2 || table->shape[1] != kEntries || table->shape[0] < 1) {
-            throw KernelError("QuantizedLookup: the table " + shape_string(table->shape) + " must be [C, 256] or [1, 256]");
-        }
-        rows_ = table->shape[0];
-        type_ = table->type;
-        const auto* bytes = static_cast<const uint8_t*>(table->data);
-        table_.assign(bytes, bytes + rows_ * kEntries);
-        info.release_constant(1);
-    }
+    explicit QuantizedLookupKernel(const NodeInfo& info) : table_(quant::ByteTable::load(info, 1, "QuantizedLookup")) {}
 
     void compute(KernelContext& ctx) const override {
         const Tensor& X = ctx.input(0);
         if (X.type != TESS_ELEMENT_UINT8 && X.type != TESS_ELEMENT_INT8)
             throw_unsupported_type("QuantizedLookup x", X.type);
         const int64_t channels = X.rank() >= 2 ? X.shape[1] : 1;
-        if (rows_ != 1 && (X.rank() < 2 || channels != rows_)) {
+        if (table_.rows != 1 && (X.rank() < 2 || channels != table_.rows)) {
             throw KernelError("QuantizedLookup: x " + shape_string(X.shape) + " does not have the table's " +
-                              std::to_string(rows_) + " channels on axis 1");
+                              std::to_string(table_.rows) + " channels on axis 1");
         }
-        Tensor& Y = ctx.output(0, type_, X.shape);
+        Tensor& Y = ctx.output(0, table_.type, X.shape);
         const int64_t total = X.size();
         if (total == 0) return;
         // Planes of one channel each (the whole tensor is one plane for a shared table).
-        const int64_t planes = rows_ == 1 ? 1 : X.shape[0] * channels;
+        const int64_t planes = table_.rows == 1 ? 1 : X.shape[0] * channels;
         const int64_t plane = total / planes;
         const auto* x = static_cast<const uint8_t*>(X.data);
         auto* y = static_cast<uint8_t*>(Y.data);
@@ -67,14 +52,12 @@ public:
         ctx.pool().parallel_for(planes, std::max<int64_t>(1, kPiece / std::max<int64_t>(1, plane)),
                                 [&](int64_t first, int64_t last) {
                                     for (int64_t p = first; p < last; ++p)
-                                        lookup(table_.data() + (p % channels) * kEntries, p * plane, plane);
+                                        lookup(table_.row(p % channels), p * plane, plane);
                                 });
     }
 
 private:
-    int64_t rows_ = 1;
-    int32_t type_ = TESS_ELEMENT_UINT8;
-    std::vector<uint8_t> table_;  // [rows][256], indexed by the input byte's bits
+    quant::ByteTable table_;
 };
 
 }  // namespace

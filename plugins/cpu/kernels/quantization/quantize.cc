@@ -363,7 +363,7 @@ public:
         blocked_capable_ = !precision_ && block_size_ == 0 && info.input_type(0) == TESS_ELEMENT_FLOAT32 &&
                            info.input_type(1) == TESS_ELEMENT_FLOAT32 && blocked_input_declared(info) &&
                            per_tensor_8bit(info, quantized);
-        if (with_table) load_table(info);
+        if (with_table) table_ = ByteTable::load(info, 3, "QuantizeLinear");
     }
 
     bool reads_blocked(size_t input) const override { return input == 0 && blocked_capable_; }
@@ -418,12 +418,12 @@ public:
 
         const int64_t channels = x.rank() >= 2 ? x.shape[1] : 1;
         if (!table_.empty()) {
-            if (!is_8bit(params.output_type) || (table_rows_ != 1 && (x.rank() < 2 || channels != table_rows_)))
-                throw KernelError(op + ": the lookup table [" + std::to_string(table_rows_) +
+            if (!is_8bit(params.output_type) || (table_.rows != 1 && (x.rank() < 2 || channels != table_.rows)))
+                throw KernelError(op + ": the lookup table [" + std::to_string(table_.rows) +
                                   ", 256] does not fit an output " + element_type_name(params.output_type) + " " +
                                   shape_string(x.shape));
         }
-        Tensor& output = ctx.output(0, table_.empty() ? params.output_type : table_type_, x.shape);
+        Tensor& output = ctx.output(0, table_.empty() ? params.output_type : table_.type, x.shape);
         // The quantized bytes are written as the zero point's type (the table, if any, maps them to its own).
         Tensor y = output;
         y.type = params.output_type;
@@ -451,7 +451,7 @@ public:
         quantize(ctx.pool(), x, params, y);
         if (table_.empty() || y.size() == 0) return;
         // The NCHW path: one more pass, plane by plane (a table of one row: the whole tensor at once).
-        const int64_t planes = table_rows_ == 1 ? 1 : x.shape[0] * channels;
+        const int64_t planes = table_.rows == 1 ? 1 : x.shape[0] * channels;
         const int64_t plane = y.size() / planes;
         auto* bytes = static_cast<uint8_t*>(y.data);
         ctx.pool().parallel_for(planes, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, plane)),
@@ -496,9 +496,9 @@ private:
         const int32_t type = zero_point ? zero_point->type : (output_dtype_ ? output_dtype_ : TESS_ELEMENT_UINT8);
         const int64_t channels = shape[1];
         if (shape.size() != 4 || channels % kChannelBlock != 0 || !is_8bit(type) ||
-            (!table_.empty() && table_rows_ != 1 && table_rows_ != channels))
+            (!table_.empty() && table_.rows != 1 && table_.rows != channels))
             throw KernelError(op + ": cannot take over a convolution of output " + shape_string(shape));
-        Tensor& y = ctx.output(0, table_.empty() ? type : table_type_, shape);
+        Tensor& y = ctx.output(0, table_.empty() ? type : table_.type, shape);
         if (y.size() == 0) return;
         const float scale_value = scale.ptr<float>()[0];
         const float zero = zero_point ? static_cast<float>(load_all(*zero_point)[0]) : 0.0f;
@@ -518,26 +518,9 @@ private:
     bool per_tensor_only_ = false;
     bool blocked_capable_ = false;  // may read a blocked x (reads_blocked)
     bool x_blocked_ = false;
-    std::vector<uint8_t> table_;  // the fused lookup's [table_rows_][256] bytes (empty: none)
-    int64_t table_rows_ = 1;
-    int32_t table_type_ = TESS_ELEMENT_UINT8;
+    ByteTable table_;  // the fused lookup's (empty: none)
 
-    const uint8_t* table(int64_t channel) const { return table_.data() + (table_rows_ == 1 ? 0 : channel * 256); }
-
-    void load_table(const NodeInfo& info) {
-        const std::optional<Tensor> table = info.constant_tensor(3);
-        if (!table) throw KernelError("QuantizeLinear: the lookup table (input 3) must be a constant");
-        if (!is_8bit(table->type)) throw_unsupported_type("QuantizeLinear lookup table", table->type);
-        if (table->rank() != 2 || table->shape[1] != 256 || table->shape[0] < 1) {
-            throw KernelError("QuantizeLinear: the lookup table " + shape_string(table->shape) +
-                              " must be [C, 256] or [1, 256]");
-        }
-        table_rows_ = table->shape[0];
-        table_type_ = table->type;
-        const auto* bytes = static_cast<const uint8_t*>(table->data);
-        table_.assign(bytes, bytes + table->size());
-        info.release_constant(3);
-    }
+    const uint8_t* table(int64_t channel) const { return table_.row(channel); }
 };
 
 // ---- DequantizeLinear ------------------------------------------------------------------------------------------

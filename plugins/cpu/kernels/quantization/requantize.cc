@@ -122,6 +122,22 @@ void lookup_bytes(const uint8_t* table, const uint8_t* x, uint8_t* y, int64_t n)
     lookup_plain(table, x, y, n);
 }
 
+ByteTable ByteTable::load(const NodeInfo& info, size_t input, const std::string& op) {
+    const std::optional<Tensor> table = info.constant_tensor(input);
+    if (!table)
+        throw KernelError(op + ": the lookup table (input " + std::to_string(input) + ") must be a constant");
+    if (!is_8bit(table->type)) throw_unsupported_type(op + " lookup table", table->type);
+    if (table->rank() != 2 || table->shape[1] != 256 || table->shape[0] < 1)
+        throw KernelError(op + ": the lookup table " + shape_string(table->shape) + " must be [C, 256] or [1, 256]");
+    ByteTable loaded;
+    loaded.rows = table->shape[0];
+    loaded.type = table->type;
+    const auto* bytes = static_cast<const uint8_t*>(table->data);
+    loaded.bytes.assign(bytes, bytes + table->size());
+    info.release_constant(input);
+    return loaded;
+}
+
 template <typename Out>
 void requantize_rows(const int32_t* sums, int64_t ld, int64_t rows, int64_t n, const int32_t* bias,
                      const float* multipliers, const OutputQuantization& q, Out* y, int64_t ldy,

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "kernels/quantization/quantize_support.h"
 #include "util/vec_math.h"
@@ -60,6 +62,22 @@ template <typename Out> void requantize_run(const int32_t* sums, int32_t bias, c
 
 // y[i] = table[x[i]] for i < n (x and y may be the same): a QuantizedLookup's bytes, 64 at a time with AVX-512 VBMI.
 void lookup_bytes(const uint8_t* table, const uint8_t* x, uint8_t* y, int64_t n);
+
+// A QuantizedLookup's table, held by the kernel that applies it (QuantizedLookup itself, or the QLinearConv or
+// QuantizeLinear it joined): [rows][256] bytes of `type`, indexed by the input byte's bits, one row per channel or
+// one for all; empty when there is none.
+struct ByteTable {
+    std::vector<uint8_t> bytes;
+    int64_t rows = 1;
+    int32_t type = TESS_ELEMENT_UINT8;
+
+    bool empty() const { return bytes.empty(); }
+    const uint8_t* data() const { return bytes.data(); }
+    const uint8_t* row(int64_t channel) const { return bytes.data() + (rows == 1 ? 0 : channel * 256); }
+
+    // The node's constant input `input`, checked ([C, 256] or [1, 256], 8-bit), the model's copy then released.
+    static ByteTable load(const NodeInfo& info, size_t input, const std::string& op);
+};
 
 // Rows r < rows of n sums each (row stride ld) into y (row stride ldy), row r with bias[r] (bias may be null) and
 // the multiplier multipliers[r]; with `tables`, each output byte of row r then maps through tables[r * 256 ...]
