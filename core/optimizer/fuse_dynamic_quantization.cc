@@ -19,7 +19,9 @@
 // B, b_scale, b_zero and the bias are constants.  The fused kernel computes exactly what the chain does -- the int32
 // sum converted to float, multiplied by the float product of the scales, then the bias added -- without writing the
 // int32 product, its float copy and the scaled copy to memory in between.  The DynamicQuantizeLinear stays (its
-// outputs often feed several products).
+// outputs often feed several products); a depthwise convolution reading it takes its float input instead and
+// quantizes the rows it reads itself (find_quantizing), and where a ConvIntegerToFloat makes its input, it joins
+// that node, which gathers the range while writing the floats (find_quantized_outputs).
 #include <optional>
 
 #include "optimizer/fusion_util.h"
@@ -87,10 +89,69 @@ public:
         std::vector<std::string> constants;
         const bool convolutions = fusion::apply_where_placed(graph, context, find_convolutions(graph, constants));
         fusion::erase_unread_constants(graph, constants);  // those of chains left as they were
-        return changed || convolutions;
+        const bool quantizing = fusion::apply_where_placed(graph, context, find_quantizing(graph));
+        const bool quantized = fusion::apply_where_placed(graph, context, find_quantized_outputs(graph));
+        return changed || convolutions || quantizing || quantized;
     }
 
 private:
+    // A depthwise ConvIntegerToFloat reading the bytes, scale and zero point of one DynamicQuantizeLinear reads
+    // the floats that quantization reads instead and quantizes them itself, as it needs them: the bytes, when no
+    // other node reads them, are then never made (the DynamicQuantizeLinear still finds the scale and zero point).
+    // Only depthwise convolutions (one channel per group, every channel's own filter) read their input a few rows
+    // at a time, so that the quantized rows stay in cache; the others would quantize the whole input first, as the
+    // DynamicQuantizeLinear does.
+    // The DynamicQuantizeLinear of a ConvIntegerToFloat's output joins it, as its outputs 1-3 (bytes, scale, zero
+    // point): the kernel gathers the output's range as it writes it, so that the range pass over the floats goes.
+    static std::vector<fusion::Candidate> find_quantized_outputs(const Graph& graph) {
+        std::vector<fusion::Candidate> found;
+        const auto producers = graph.producers();
+        std::vector<bool> taken(graph.nodes.size(), false);  // one quantization per convolution
+        for (size_t n = 0; n < graph.nodes.size(); ++n) {
+            const Node& quantize = graph.nodes[n];
+            if (!is_op(quantize, "DynamicQuantizeLinear", 1, 3)) continue;
+            auto it = producers.find(quantize.inputs[0]);
+            if (it == producers.end() || taken[it->second]) continue;
+            const Node& conv = graph.nodes[it->second];
+            if (conv.domain != TESS_FUSED_OPS_DOMAIN || conv.op_type != "ConvIntegerToFloat" ||
+                conv.outputs.size() != 1)
+                continue;
+            fusion::Candidate c;
+            c.nodes = {it->second, n};
+            c.fused = conv;
+            c.fused.outputs.insert(c.fused.outputs.end(), quantize.outputs.begin(), quantize.outputs.end());
+            taken[it->second] = true;
+            found.push_back(std::move(c));
+        }
+        return found;
+    }
+
+    static std::vector<fusion::Candidate> find_quantizing(const Graph& graph) {
+        std::vector<fusion::Candidate> found;
+        const auto producers = graph.producers();
+        for (size_t n = 0; n < graph.nodes.size(); ++n) {
+            const Node& conv = graph.nodes[n];
+            if (conv.domain != TESS_FUSED_OPS_DOMAIN || conv.op_type != "ConvIntegerToFloat" || conv.inputs.size() < 6)
+                continue;
+            const auto w_dims = fusion::constant_dims(graph, conv.inputs[1]);
+            if (!w_dims || w_dims->size() != 4 || (*w_dims)[1] != 1 ||
+                fusion::int_attribute(conv, "group", 1) != (*w_dims)[0])
+                continue;
+            auto it = producers.find(conv.inputs[0]);
+            if (it == producers.end()) continue;
+            const Node& quantize = graph.nodes[it->second];
+            if (!is_op(quantize, "DynamicQuantizeLinear", 1, 3) || conv.inputs[0] != quantize.outputs[0] ||
+                conv.inputs[2] != quantize.outputs[2] || conv.inputs[4] != quantize.outputs[1])
+                continue;
+            fusion::Candidate c;
+            c.nodes = {n};
+            c.fused = conv;
+            c.fused.inputs[0] = quantize.inputs[0];
+            found.push_back(std::move(c));
+        }
+        return found;
+    }
+
     static std::vector<fusion::Candidate> find_convolutions(Graph& graph, std::vector<std::string>& constants) {
         std::vector<fusion::Candidate> found;
         const auto producers = graph.producers();

@@ -247,6 +247,56 @@ def test_dynamically_quantized_convolution_becomes_conv_integer_to_float(group, 
     np.testing.assert_array_equal(reference, onnxruntime_run(model, feeds, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)[0])
 
 
+def dynamic_conv(b, x, filters, channels, group=1, stride=1, clip=True):
+    """quantize_dynamic's convolution of x: DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul(Mul(x_scale,
+    w_scale)) -> BatchNormalization [-> Clip(0, 6)], 3x3 padded for a depthwise one, 1x1 otherwise."""
+    x_q, x_scale, x_zero = f"{x}_q", f"{x}_scale", f"{x}_zero"
+    b.nodes.append(helper.make_node("DynamicQuantizeLinear", [x], [x_q, x_scale, x_zero]))
+    k = 3 if group > 1 else 1
+    weights = b.const(RNG.integers(-127, 128, (filters, channels // group, k, k)).astype(np.int8))
+    y = b.node("ConvInteger", [x_q, weights, x_zero, b.const(np.int8(0))], group=group, pads=[k // 2] * 4,
+               strides=[stride, stride])
+    y = b.node("Cast", [y], to=TensorProto.FLOAT)
+    y = batch_norm(b, b.node("Mul", [y, b.node("Mul", [x_scale, b.const(np.float32(0.004))])]), filters)
+    return b.node("Clip", [y, b.const(np.float32(0)), b.const(np.float32(6))]) if clip else y
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("channels,height,width,stride", [(32, 13, 11, 1), (32, 20, 37, 2), (24, 9, 17, 1)],
+                         ids=["narrow-rows", "stride-2", "partial-block"])
+@pytest.mark.parametrize("bytes_read", [False, True], ids=["", "bytes-read"])
+def test_dynamically_quantized_block_quantizes_in_its_convolutions(monkeypatch, threads, channels, height, width,
+                                                                   stride, bytes_read):
+    """An inverted residual block as quantize_dynamic leaves it (expansion, depthwise, projection, each a
+    DynamicQuantizeLinear and a ConvIntegerToFloat): each DynamicQuantizeLinear but the input's joins the
+    convolution making its floats (which gathers their range as it writes them), and the depthwise convolution
+    quantizes the rows it reads itself, so that its bytes are never made unless another node reads them.  The
+    results are the unfused chain's bit for bit (which are onnxruntime's), in the blocked layout and without it."""
+    b = QdqBuilder()
+    shape = (1, 16, height, width)
+    expanded = dynamic_conv(b, "x", channels, 16)
+    depthwise = dynamic_conv(b, expanded, channels, channels, group=channels, stride=stride)
+    y = dynamic_conv(b, depthwise, 8, channels, clip=False)
+    model = b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))], y)
+    if bytes_read:  # the depthwise convolution's input bytes as an output too
+        model.graph.output.append(helper.make_tensor_value_info(f"{expanded}_q", TensorProto.UINT8, None))
+    feeds = {"x": (2 * RNG.standard_normal(shape)).astype(np.float32)}
+    reference = tessera.InferenceSession(model, optimization_level=0).run(None, feeds)
+    session = tessera.InferenceSession(model, intra_op_threads=threads)
+    ops = session_ops(session)
+    assert ops.count("DynamicQuantizeLinear") == 1 and "ConvInteger" not in ops, ops
+    ours = session.run(None, feeds)
+    for got, expected in zip(ours, reference):
+        np.testing.assert_array_equal(got, expected)
+    monkeypatch.setenv("TESSERA_CPU_BLOCKED_LAYOUT", "0")
+    nchw = tessera.InferenceSession(model, intra_op_threads=threads).run(None, feeds)
+    for got, expected in zip(nchw, reference):
+        np.testing.assert_array_equal(got, expected)
+    theirs = onnxruntime_run(model, feeds, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    for got, expected in zip(ours, theirs):
+        np.testing.assert_array_equal(got, expected)
+
+
 def lookup_model(chain, shape=(2, 6, 5, 7), signed=False, channel_axis_dq=False, out_signed=None):
     """x -> Q -> DQ -> chain(b, value) -> Q -> DQ: an activation quantized around float operators (what
     quantize_static leaves around a BatchNormalization it does not fold, or an activation)."""

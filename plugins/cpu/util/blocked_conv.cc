@@ -148,6 +148,41 @@ __attribute__((target("avx512f"))) void quantize_from_blocked_avx512(const float
                                                                             low, high)));
 }
 
+// dst[p * 16 + c] = q - zero for q = saturate(round_half_even(x / scale) + zero) in [0, 255]: the byte a uint8
+// QuantizeLinear (or DynamicQuantizeLinear) makes of x, centered on its zero point; every step exact in float but
+// the division, which is the quantization's own.
+__attribute__((target("avx512f"))) void quantize_centered_to_blocked_avx512(const float* x, int64_t positions,
+                                                                            int64_t count, float scale, float zero,
+                                                                            float* dst) {
+    const __m512 s = _mm512_set1_ps(scale), z = _mm512_set1_ps(zero), magic = _mm512_set1_ps(kRoundMagic);
+    const __m512 lo = _mm512_set1_ps(0.0f), hi = _mm512_set1_ps(255.0f);
+    const __m512 lo1 = _mm512_set1_ps(-1.0f - zero), hi1 = _mm512_set1_ps(256.0f - zero);
+    int64_t p = 0;
+    for (; p + kChannelBlock <= count; p += kChannelBlock) {
+        __m512 r[kChannelBlock];
+        for (int64_t c = 0; c < kChannelBlock; ++c) {
+            __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(_mm512_loadu_ps(x + c * positions + p), s), lo1), hi1);
+            v = _mm512_add_ps(_mm512_sub_ps(_mm512_add_ps(v, magic), magic), z);
+            r[c] = _mm512_sub_ps(_mm512_min_ps(_mm512_max_ps(v, lo), hi), z);
+        }
+        transpose16x16(r);
+        for (int64_t i = 0; i < kChannelBlock; ++i) _mm512_storeu_ps(dst + (p + i) * kChannelBlock, r[i]);
+    }
+    if (p < count) {  // the last positions the same way, through masked loads (their other lanes unused)
+        const int64_t rest = count - p;
+        const __mmask16 mask = static_cast<__mmask16>((1u << rest) - 1);
+        __m512 r[kChannelBlock];
+        for (int64_t c = 0; c < kChannelBlock; ++c) {
+            const __m512 loaded = _mm512_maskz_loadu_ps(mask, x + c * positions + p);
+            __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(loaded, s), lo1), hi1);
+            v = _mm512_add_ps(_mm512_sub_ps(_mm512_add_ps(v, magic), magic), z);
+            r[c] = _mm512_sub_ps(_mm512_min_ps(_mm512_max_ps(v, lo), hi), z);
+        }
+        transpose16x16(r);
+        for (int64_t i = 0; i < rest; ++i) _mm512_storeu_ps(dst + (p + i) * kChannelBlock, r[i]);
+    }
+}
+
 __attribute__((target("avx512f"))) void blocked_to_planes_avx512(const float* src, int64_t count, int64_t positions,
                                                                   float* y) {
     int64_t p = 0;
@@ -177,6 +212,10 @@ template void quantize_from_blocked<uint8_t>(const float*, int64_t, float, float
 template void quantize_from_blocked<int8_t>(const float*, int64_t, float, float, int64_t, int8_t*);
 void blocked_to_planes(const float* src, int64_t count, int64_t positions, float* y) {
     blocked_to_planes_avx512(src, count, positions, y);
+}
+void quantize_centered_to_blocked(const float* x, int64_t positions, int64_t count, float scale, float zero,
+                                  float* dst) {
+    quantize_centered_to_blocked_avx512(x, positions, count, scale, zero, dst);
 }
 
 namespace {
@@ -1168,6 +1207,9 @@ template void dequantize_to_blocked<int8_t>(const int8_t*, int64_t, int64_t, flo
 template void quantize_from_blocked<uint8_t>(const float*, int64_t, float, float, int64_t, uint8_t*);
 template void quantize_from_blocked<int8_t>(const float*, int64_t, float, float, int64_t, int8_t*);
 void blocked_to_planes(const float*, int64_t, int64_t, float*) { x86_kernel_unavailable(__func__); }
+void quantize_centered_to_blocked(const float*, int64_t, int64_t, float, float, float*) {
+    x86_kernel_unavailable(__func__);
+}
 void blocked_conv2d(ThreadPool&, const WindowGeometry&, const LanePackedFilters&, BlockedConvLayout, const float*,
                     int64_t, int64_t, const float*, const ConvEpilogue*, const float*, float*) {
     x86_kernel_unavailable(__func__);

@@ -50,6 +50,12 @@ void dequantize_to_blocked(const In* x, int64_t positions, int64_t count, float 
 template <typename Out>
 void quantize_from_blocked(const float* src, int64_t count, float scale, float zero, int64_t positions, Out* y);
 
+// The uint8 QuantizeLinear of x (NCHW as above) centered on its zero point, into the blocked layout:
+// dst[p * 16 + c] = saturate(round_half_even(x / scale) + zero) - zero, exact in float (a dynamically quantized
+// depthwise convolution's input, made from the floats the quantization reads).  AVX-512 only, as the layout is.
+void quantize_centered_to_blocked(const float* x, int64_t positions, int64_t count, float scale, float zero,
+                                  float* dst);
+
 // The 16 channels of `count` positions of one blocked channel block (src[p * 16 + c]) as rows of NCHW planes:
 // y[c * positions + p].  AVX-512 only, as the layout is.
 void blocked_to_planes(const float* src, int64_t count, int64_t positions, float* y);

@@ -202,7 +202,14 @@ public:
     }
 
     void compute(KernelContext& ctx) const override {
-        const Run run = prepare(ctx, 0);
+        // A float32 x (ConvIntegerToFloat only) stands for the uint8 x DynamicQuantizeLinear makes of it with the
+        // scale and zero point of inputs 4 and 2, which the kernel makes itself (or, depthwise, row by row).
+        const Tensor& x_input = ctx.input(0);
+        const bool float_x = x_input.type == TESS_ELEMENT_FLOAT32;
+        if (float_x && (!to_float_ || !ctx.has_input(2) || ctx.input(2).type != TESS_ELEMENT_UINT8))
+            throw KernelError(op_ + ": a float32 x needs the uint8 zero point it is quantized with (input 2)");
+        Tensor quantized_x{TESS_ELEMENT_UINT8, x_input.shape, nullptr, nullptr};
+        const Run run = prepare(ctx, 0, float_x ? &quantized_x : nullptr);
         if (to_float_) {
             // scale = a_scale * b_scale in float, as the chain's Mul of the two computes it.
             const Tensor& a_scale = ctx.input(4);
@@ -217,13 +224,30 @@ public:
             floats.epilogue.scale = a_scale.ptr<float>()[0] * b_scale.ptr<float>()[0];
             Tensor& Y = ctx.output(0, TESS_ELEMENT_FLOAT32, run.output_shape);
             floats.y = Y.ptr<float>();
-            if (Y.size() == 0) return;
-            if (!blocked_depthwise_.empty() && run.X->rank() == 4 && run.X->shape[1] == run.M &&
-                run.g.rank() == 2) {
-                depthwise_to_float_blocked(ctx.pool(), run, floats);
-                return;
+            // Outputs 1-3, DynamicQuantizeLinear(Y) fused: the range is gathered as Y is written.
+            const bool quantize_y = ctx.output_wanted(1) || ctx.output_wanted(2) || ctx.output_wanted(3);
+            quant::FloatRange range;
+            if (quantize_y) floats.epilogue.range = &range;
+            if (Y.size() != 0) {
+                const quant::DynamicQuantization x_quantization{a_scale.ptr<float>()[0],
+                                                               static_cast<uint8_t>(run.x_zero)};
+                if (!blocked_depthwise_.empty() && run.X->rank() == 4 && run.X->shape[1] == run.M &&
+                    run.g.rank() == 2) {
+                    if (float_x) depthwise_quantizing_blocked(ctx.pool(), run, x_input, x_quantization, floats);
+                    else depthwise_to_float_blocked(ctx.pool(), run, floats);
+                } else {
+                    if (float_x) {
+                        quantized_x.data = thread_scratch_buffer<uint8_t, 44>(x_input.size());
+                        quant::quantize_uint8(ctx.pool(), x_input, x_quantization, quantized_x);
+                    }
+                    convolve(ctx.pool(), run.g, *run.X, run.x_zero, *run.W, run.w_zero, nullptr, nullptr, &floats);
+                }
             }
-            convolve(ctx.pool(), run.g, *run.X, run.x_zero, *run.W, run.w_zero, nullptr, nullptr, &floats);
+            if (!quantize_y) return;
+            const quant::DynamicQuantization q = quant::dynamic_quantization_of_range(range.low, range.high);
+            if (ctx.output_wanted(1)) quant::quantize_uint8(ctx.pool(), Y, q, ctx.output(1, TESS_ELEMENT_UINT8, Y.shape));
+            if (ctx.output_wanted(2)) ctx.output(2, TESS_ELEMENT_FLOAT32, {}).ptr<float>()[0] = q.scale;
+            if (ctx.output_wanted(3)) ctx.output(3, TESS_ELEMENT_UINT8, {}).ptr<uint8_t>()[0] = q.zero_point;
             return;
         }
         if (!quantized_) {
@@ -370,12 +394,13 @@ private:
         }
     };
 
-    Run prepare(const KernelContext& ctx, size_t first) const {
+    // x: the tensor standing for input 0 (a float32 one's quantization), or null for input 0 itself.
+    Run prepare(const KernelContext& ctx, size_t first, const Tensor* x = nullptr) const {
         const size_t w_input = quantized_ ? 3 : 1, x_zero_input = 2, w_zero_input = quantized_ ? 5 : 3;
         auto has = [&](size_t i) { return ctx.has_input(first + i); };
         auto input = [&](size_t i) -> const Tensor& { return ctx.input(first + i); };
         Run run;
-        run.X = &input(0);
+        run.X = x != nullptr ? x : &input(0);
         run.W = packed_filters_.empty() ? &input(w_input) : &filters_view_;
         const Tensor& X = *run.X;
         const Tensor& W = *run.W;
@@ -609,16 +634,48 @@ private:
                             &sink);
     }
 
-    // Rows of the blocked depthwise convolution's sums into NCHW planes of Y, then the epilogue on them.
+    // The same from a float32 X: each image row the convolution reads is quantized (DynamicQuantizeLinear's
+    // bytes) and centered into the blocked ring as it is needed, so neither the bytes nor a blocked copy of the
+    // whole input are ever stored.
+    void depthwise_quantizing_blocked(ThreadPool& pool, const Run& run, const Tensor& X,
+                                      quant::DynamicQuantization q, const FloatOutput& floats) const {
+        const PlaneSink sink(floats, run.M, run.g.output[0] * run.g.output[1], run.g.output[1]);
+        const QuantizingRowMaker maker(X, q);
+        blocked_rows_window2d(pool, maker, run.M, run.g, blocked_depthwise_.data(), nullptr, nullptr, X.shape[0],
+                              nullptr, &sink);
+    }
+
+    class QuantizingRowMaker final : public BlockedRowMaker {
+    public:
+        QuantizingRowMaker(const Tensor& X, quant::DynamicQuantization q) : X_(X), q_(q) {}
+        void make_rows(int64_t n, int64_t row_begin, int64_t row_end, const BlockedRing& ring) const override {
+            const int64_t C = X_.shape[1], W = X_.shape[3], P = X_.shape[2] * W;
+            const float zero = static_cast<float>(q_.zero_point);
+            for (int64_t b = 0; b < C / kChannelBlock; ++b) {
+                const float* planes = X_.ptr<float>() + (n * C + b * kChannelBlock) * P;
+                // Rows that follow each other in the ring (up to where it wraps) in one call.
+                for (int64_t r = row_begin; r < row_end;) {
+                    const int64_t run = std::min(row_end - r, ring.ring_rows - r % ring.ring_rows);
+                    quantize_centered_to_blocked(planes + r * W, P, run * W, q_.scale, zero, ring.at(b, r, 0));
+                    r += run;
+                }
+            }
+        }
+
+    private:
+        const Tensor& X_;
+        quant::DynamicQuantization q_;
+    };
+
+    // Rows of the blocked depthwise convolution's sums through the epilogue into NCHW planes of Y.
     class PlaneSink final : public BlockedBandSink {
     public:
         PlaneSink(const FloatOutput& f, int64_t C, int64_t positions, int64_t OW)
             : f_(f), C_(C), positions_(positions), OW_(OW) {}
         void take(int64_t n, int64_t block, int64_t oh0, int64_t oh1, const float* rows) const override {
             const int64_t count = (oh1 - oh0) * OW_, c0 = block * kChannelBlock;
-            float* y = f_.y + (n * C_ + c0) * positions_ + oh0 * OW_;
-            blocked_to_planes(rows, count, positions_, y);
-            float_rows(y, positions_, kChannelBlock, count, c0, f_.epilogue, y, positions_);
+            float_rows_from_blocked(rows, count, c0, f_.epilogue, f_.y + (n * C_ + c0) * positions_ + oh0 * OW_,
+                                    positions_);
         }
 
     private:
@@ -971,12 +1028,15 @@ void register_integer_conv_kernels(KernelRegistry& registry) {
                            .op_type = "ConvIntegerToFloat",
                            .since_version = 1,
                            .end_version = 0,
-                           .input_types = {{0, k8bit}, {1, k8bit}, {4, {TESS_ELEMENT_FLOAT32}},
-                                           {5, {TESS_ELEMENT_FLOAT32}}},
+                           .input_types = {{0, {TESS_ELEMENT_INT8, TESS_ELEMENT_UINT8, TESS_ELEMENT_FLOAT32}},
+                                           {1, k8bit}, {4, {TESS_ELEMENT_FLOAT32}}, {5, {TESS_ELEMENT_FLOAT32}}},
                            .memory = KernelMemory::Normal,
                            .factory = [](const NodeInfo& info) -> std::unique_ptr<Kernel> {
                                if (!info.has_input(4) || !info.has_input(5))
                                    throw KernelError("ConvIntegerToFloat: the scales (inputs 4 and 5) are required");
+                               if (info.output_count() > 4)
+                                   throw KernelError("ConvIntegerToFloat: at most 4 outputs (y and its "
+                                                     "DynamicQuantizeLinear's three)");
                                return std::make_unique<IntegerConvKernel>(info, false, true);
                            }});
     registry.add(KernelDef{.domain = TESS_FUSED_OPS_DOMAIN,

@@ -642,8 +642,12 @@ public:
     void compute(KernelContext& ctx) const override {
         const Tensor& x = ctx.input(0);
         if (x.type != TESS_ELEMENT_FLOAT32) throw_unsupported_type("DynamicQuantizeLinear x", x.type);
-        Tensor& y = ctx.output(0, TESS_ELEMENT_UINT8, x.shape);
-        const DynamicQuantization q = dynamic_quantize_uint8(ctx.pool(), x, y);
+        // Without readers of y (the convolutions reading it quantize x themselves, ConvIntegerToFloat), only the
+        // scale and zero point are made.
+        const DynamicQuantization q = ctx.output_wanted(0)
+                                          ? dynamic_quantize_uint8(ctx.pool(), x,
+                                                                   ctx.output(0, TESS_ELEMENT_UINT8, x.shape))
+                                          : dynamic_range_uint8(ctx.pool(), x);
         if (ctx.output_wanted(1)) ctx.output(1, TESS_ELEMENT_FLOAT32, {}).ptr<float>()[0] = q.scale;
         if (ctx.output_wanted(2)) ctx.output(2, TESS_ELEMENT_UINT8, {}).ptr<uint8_t>()[0] = q.zero_point;
     }
@@ -653,7 +657,7 @@ public:
 
 namespace quant {
 
-DynamicQuantization dynamic_quantize_uint8(ThreadPool& pool, const Tensor& x, Tensor& y) {
+DynamicQuantization dynamic_range_uint8(ThreadPool& pool, const Tensor& x) {
     const float* data = x.ptr<float>();
     const int64_t n = x.size();
     const int64_t chunks = (n + kPiece * 8 - 1) / (kPiece * 8);
@@ -678,16 +682,28 @@ DynamicQuantization dynamic_quantize_uint8(ThreadPool& pool, const Tensor& x, Te
         lo = std::min(lo, chunk_min[c]);
         hi = std::max(hi, chunk_max[c]);
     }
+    return dynamic_quantization_of_range(lo, hi);
+}
+
+DynamicQuantization dynamic_quantization_of_range(float lo, float hi) {
     const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
     const float zero_point = std::nearbyint(std::clamp(0.0f - lo / scale, 0.0f, 255.0f));
-
-    QuantizeParams params;
-    params.scales = {scale};
-    params.zero_points = {zero_point};
-    params.output_type = TESS_ELEMENT_UINT8;
-    params.layout.inner = n;
-    quantize(pool, x, params, y);
     return {scale, static_cast<uint8_t>(zero_point)};
+}
+
+void quantize_uint8(ThreadPool& pool, const Tensor& x, DynamicQuantization q, Tensor& y) {
+    QuantizeParams params;
+    params.scales = {q.scale};
+    params.zero_points = {static_cast<double>(q.zero_point)};
+    params.output_type = TESS_ELEMENT_UINT8;
+    params.layout.inner = x.size();
+    quantize(pool, x, params, y);
+}
+
+DynamicQuantization dynamic_quantize_uint8(ThreadPool& pool, const Tensor& x, Tensor& y) {
+    const DynamicQuantization q = dynamic_range_uint8(pool, x);
+    quantize_uint8(pool, x, q, y);
+    return q;
 }
 
 }  // namespace quant

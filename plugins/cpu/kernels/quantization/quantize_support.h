@@ -101,5 +101,10 @@ struct DynamicQuantization {
     uint8_t zero_point;
 };
 DynamicQuantization dynamic_quantize_uint8(ThreadPool& pool, const Tensor& x, Tensor& y);
+// The scale and zero point of the range [low, high] (low <= 0 <= high) of the values quantized.
+DynamicQuantization dynamic_quantization_of_range(float low, float high);
+// Its two halves: the scale and zero point of x's range, and y = the uint8 quantization of x with them.
+DynamicQuantization dynamic_range_uint8(ThreadPool& pool, const Tensor& x);
+void quantize_uint8(ThreadPool& pool, const Tensor& x, DynamicQuantization q, Tensor& y);
 
 }  // namespace tessera::cpu::quant

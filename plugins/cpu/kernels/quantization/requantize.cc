@@ -1,12 +1,15 @@
 // CPU provider: requantization of integer products' tiles and 8-bit table lookups (see requantize.h).
 #include "kernels/quantization/requantize.h"
 
+#include <algorithm>
 #include <type_traits>
 
 #include "util/cpu_isa.h"
 
 #if TESSERA_CPU_X86
 #include <immintrin.h>
+
+#include "util/transpose_avx512.h"
 #endif
 
 // GCC 12 reports the _mm512_undefined_*() inside the unmasked intrinsics as maybe-uninitialized.
@@ -171,13 +174,16 @@ namespace {
 
 #if TESSERA_CPU_X86
 // One row of float_rows, 16 lanes at a time: explicit multiplies and adds (no contraction into an FMA).
+// With `range`, the least and greatest value stored are taken into range[0] and range[1].
 template <typename In>
 [[gnu::target("avx512f"), gnu::optimize("fp-contract=off")]] void float_row_avx512(const In* sums, int64_t n,
                                                                                    float scale, bool affine, float a,
                                                                                    float b, bool clamp, float low,
-                                                                                   float high, float* y) {
+                                                                                   float high, float* y,
+                                                                                   float* range) {
     const __m512 s = _mm512_set1_ps(scale), va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
     const __m512 lo = _mm512_set1_ps(low), hi = _mm512_set1_ps(high);
+    __m512 least = _mm512_set1_ps(range ? range[0] : 0.0f), greatest = _mm512_set1_ps(range ? range[1] : 0.0f);
     for (int64_t k = 0; k < n; k += 16) {
         const __mmask16 mask = n - k >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - k)) - 1);
         const __m512 value = std::is_same_v<In, float> ? _mm512_maskz_loadu_ps(mask, sums + k)
@@ -189,13 +195,60 @@ template <typename In>
             v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), v, hi);
         }
         _mm512_mask_storeu_ps(y + k, mask, v);
+        if (range) {  // min(least, v) = least < v ? least : v, as _mm512_min_ps(least, v) is; max likewise
+            least = _mm512_mask_min_ps(least, mask, least, v);
+            greatest = _mm512_mask_max_ps(greatest, mask, greatest, v);
+        }
+    }
+    if (range) {
+        range[0] = _mm512_reduce_min_ps(least);
+        range[1] = _mm512_reduce_max_ps(greatest);
+    }
+}
+
+// float_rows of 16 channels held blocked (src[p * 16 + c]): 16 positions at a time transposed into rows, then the
+// same arithmetic as float_row_avx512 on each channel's row.
+[[gnu::target("avx512f"), gnu::optimize("fp-contract=off")]] void float_rows_blocked_avx512(
+    const float* src, int64_t count, int64_t m0, const FloatEpilogue& e, float* y, int64_t ldy, float* range) {
+    const bool affine = e.channel_scale != nullptr;
+    const __m512 s = _mm512_set1_ps(e.scale), lo = _mm512_set1_ps(e.low), hi = _mm512_set1_ps(e.high);
+    __m512 va[16], vb[16];
+    for (int c = 0; c < 16; ++c) {
+        va[c] = _mm512_set1_ps(affine ? e.channel_scale[m0 + c] : 1.0f);
+        vb[c] = _mm512_set1_ps(affine ? e.channel_shift[m0 + c] : 0.0f);
+    }
+    __m512 least = _mm512_set1_ps(range ? range[0] : 0.0f), greatest = _mm512_set1_ps(range ? range[1] : 0.0f);
+    for (int64_t p = 0; p < count; p += 16) {
+        const int64_t rest = std::min<int64_t>(16, count - p);
+        const __mmask16 mask = rest == 16 ? 0xFFFF : static_cast<__mmask16>((1u << rest) - 1);
+        __m512 r[16];
+        for (int64_t i = 0; i < 16; ++i) r[i] = i < rest ? _mm512_loadu_ps(src + (p + i) * 16) : _mm512_setzero_ps();
+        transpose16x16(r);
+        for (int c = 0; c < 16; ++c) {
+            __m512 v = _mm512_mul_ps(r[c], s);
+            if (affine) v = _mm512_add_ps(_mm512_mul_ps(v, va[c]), vb[c]);
+            if (e.clamp) {
+                v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), v, lo);
+                v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), v, hi);
+            }
+            _mm512_mask_storeu_ps(y + c * ldy + p, mask, v);
+            if (range) {
+                least = _mm512_mask_min_ps(least, mask, least, v);
+                greatest = _mm512_mask_max_ps(greatest, mask, greatest, v);
+            }
+        }
+    }
+    if (range) {
+        range[0] = _mm512_reduce_min_ps(least);
+        range[1] = _mm512_reduce_max_ps(greatest);
     }
 }
 #endif
 
 template <typename In>
 [[gnu::optimize("fp-contract=off")]] void float_row_plain(const In* sums, int64_t n, float scale, bool affine, float a,
-                                                          float b, bool clamp, float low, float high, float* y) {
+                                                          float b, bool clamp, float low, float high, float* y,
+                                                          float* range) {
     for (int64_t k = 0; k < n; ++k) {
         float v = static_cast<float>(sums[k]) * scale;
         if (affine) v = v * a + b;
@@ -204,6 +257,10 @@ template <typename In>
             v = v > high ? high : v;
         }
         y[k] = v;
+        if (range) {
+            range[0] = range[0] < v ? range[0] : v;
+            range[1] = range[1] > v ? range[1] : v;
+        }
     }
 }
 
@@ -212,19 +269,53 @@ void float_rows_of(const In* sums, int64_t ld, int64_t rows, int64_t n, int64_t 
                    int64_t ldy) {
     const bool affine = e.channel_scale != nullptr;
     [[maybe_unused]] const bool avx512 = vec::best_isa() == vec::Isa::Avx512;
+    float part[2] = {0.0f, 0.0f};  // this call's range
+    float* range = e.range != nullptr ? part : nullptr;
     for (int64_t r = 0; r < rows; ++r) {
         const float a = affine ? e.channel_scale[m0 + r] : 1.0f, b = affine ? e.channel_shift[m0 + r] : 0.0f;
 #if TESSERA_CPU_X86
         if (avx512) {
-            float_row_avx512(sums + r * ld, n, e.scale, affine, a, b, e.clamp, e.low, e.high, y + r * ldy);
+            float_row_avx512(sums + r * ld, n, e.scale, affine, a, b, e.clamp, e.low, e.high, y + r * ldy, range);
             continue;
         }
 #endif
-        float_row_plain(sums + r * ld, n, e.scale, affine, a, b, e.clamp, e.low, e.high, y + r * ldy);
+        float_row_plain(sums + r * ld, n, e.scale, affine, a, b, e.clamp, e.low, e.high, y + r * ldy, range);
     }
+    if (range) e.range->merge(part[0], part[1]);
 }
 
 }  // namespace
+
+void FloatRange::merge(float part_low, float part_high) {
+    // (A failed exchange reloads `current`; a NaN part changes nothing.)
+    for (float current = low.load(std::memory_order_relaxed);
+         part_low < current && !low.compare_exchange_weak(current, part_low, std::memory_order_relaxed);) {
+    }
+    for (float current = high.load(std::memory_order_relaxed);
+         part_high > current && !high.compare_exchange_weak(current, part_high, std::memory_order_relaxed);) {
+    }
+}
+
+void float_rows_from_blocked(const float* src, int64_t count, int64_t m0, const FloatEpilogue& e, float* y,
+                             int64_t ldy) {
+#if TESSERA_CPU_X86
+    if (vec::best_isa() == vec::Isa::Avx512) {
+        float part[2] = {0.0f, 0.0f};
+        float_rows_blocked_avx512(src, count, m0, e, y, ldy, e.range != nullptr ? part : nullptr);
+        if (e.range != nullptr) e.range->merge(part[0], part[1]);
+        return;
+    }
+#endif
+    // (The blocked layout needs AVX-512: never reached in practice.)  A channel's values gathered a few at a time.
+    float row[64];
+    for (int64_t c = 0; c < 16; ++c) {
+        for (int64_t p0 = 0; p0 < count; p0 += 64) {
+            const int64_t n = std::min<int64_t>(64, count - p0);
+            for (int64_t p = 0; p < n; ++p) row[p] = src[(p0 + p) * 16 + c];
+            float_rows(row, n, 1, n, m0 + c, e, y + c * ldy + p0, ldy);
+        }
+    }
+}
 
 void float_rows(const int32_t* sums, int64_t ld, int64_t rows, int64_t n, int64_t m0, const FloatEpilogue& e,
                 float* y, int64_t ldy) {

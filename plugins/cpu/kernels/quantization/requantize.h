@@ -3,6 +3,7 @@
 // tables (QuantizedLookup) a fused convolution applies to its requantized outputs.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -92,12 +93,23 @@ void requantize_rows(const int32_t* sums, int64_t ld, int64_t rows, int64_t n, c
 // [BatchNormalization] -> [Clip/Relu] chain of quantize_dynamic): y = clamp((float(sum) * scale) * a[m] + b[m]),
 // each step rounded as its node rounds it (a multiply, then an add: no FMA) and clamped as Clip clamps (x < low ?
 // low : x, then > high ? high : ...; NaN stays).
+struct FloatRange;
 struct FloatEpilogue {
     float scale = 1.0f;                    // the product of the input's and the weights' scales
     const float* channel_scale = nullptr;  // a[m] of a folded BatchNormalization, or null
     const float* channel_shift = nullptr;  // b[m]
     bool clamp = false;
     float low = 0.0f, high = 0.0f;
+    FloatRange* range = nullptr;  // or where the least and greatest value written are gathered
+};
+
+// The range of every value float_rows writes, as DynamicQuantizeLinear finds it (from 0, each value taken in by
+// min(low, v) = low < v ? low : v and max(high, v) likewise), so that the quantization of the output needs no pass
+// of its own.  Without NaNs the result does not depend on the order the threads' parts arrive in.  Shared by the
+// threads writing the output.
+struct FloatRange {
+    std::atomic<float> low{0.0f}, high{0.0f};
+    void merge(float part_low, float part_high);
 };
 
 // Rows r < rows of n sums each (row stride ld) into y (row stride ldy) as above, row r being channel m0 + r.
@@ -106,5 +118,9 @@ void float_rows(const int32_t* sums, int64_t ld, int64_t rows, int64_t n, int64_
 // The same from sums already held as floats (exact integers: float(sum) is the value itself); y may be sums.
 void float_rows(const float* sums, int64_t ld, int64_t rows, int64_t n, int64_t m0, const FloatEpilogue& e, float* y,
                 int64_t ldy);
+// The same for the 16 channels m0 .. m0 + 15 of `count` positions held blocked (src[p * 16 + c], exact integers),
+// into rows of y (channel m0 + c at y + c * ldy): a blocked depthwise convolution's rows into NCHW planes.
+void float_rows_from_blocked(const float* src, int64_t count, int64_t m0, const FloatEpilogue& e, float* y,
+                             int64_t ldy);
 
 }  // namespace tessera::cpu::quant
