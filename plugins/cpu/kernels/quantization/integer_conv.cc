@@ -635,14 +635,29 @@ private:
     }
 
     // The same from a float32 X: each image row the convolution reads is quantized (DynamicQuantizeLinear's
-    // bytes) and centered into the blocked ring as it is needed, so neither the bytes nor a blocked copy of the
-    // whole input are ever stored.
+    // bytes) and centered into the blocked ring as it is needed, so that neither the bytes nor a blocked copy of
+    // a large input are ever stored.
     void depthwise_quantizing_blocked(ThreadPool& pool, const Run& run, const Tensor& X,
                                       quant::DynamicQuantization q, const FloatOutput& floats) const {
         const PlaneSink sink(floats, run.M, run.g.output[0] * run.g.output[1], run.g.output[1]);
-        const QuantizingRowMaker maker(X, q);
-        blocked_rows_window2d(pool, maker, run.M, run.g, blocked_depthwise_.data(), nullptr, nullptr, X.shape[0],
-                              nullptr, &sink);
+        const int64_t N = X.shape[0], C = X.shape[1], P = X.shape[2] * X.shape[3];
+        if (C * P * static_cast<int64_t>(sizeof(float)) >= kTakenOverMinBytes) {
+            const QuantizingRowMaker maker(X, q);
+            blocked_rows_window2d(pool, maker, run.M, run.g, blocked_depthwise_.data(), nullptr, nullptr, N, nullptr,
+                                  &sink);
+            return;
+        }
+        // A smaller input stays in L2 anyway, and the convolution splits better across threads by channel blocks
+        // than by bands of rows: the whole input quantized first.
+        float* centered = thread_scratch_buffer<float, 43>(N * C * P);
+        const float zero = static_cast<float>(q.zero_point);
+        pool.parallel_for(N * (C / kChannelBlock), 1, [&](int64_t first, int64_t last) {
+            for (int64_t b = first; b < last; ++b)
+                quantize_centered_to_blocked(X.ptr<float>() + b * kChannelBlock * P, P, P, q.scale, zero,
+                                             centered + b * kChannelBlock * P);
+        });
+        blocked_depthwise2d(pool, run.g, blocked_depthwise_.data(), N, C, centered, nullptr, nullptr, nullptr, nullptr,
+                            &sink);
     }
 
     class QuantizingRowMaker final : public BlockedRowMaker {
