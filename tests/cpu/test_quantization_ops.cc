@@ -4,6 +4,8 @@
 // saturate) reproduced exactly, plus a dequantize-in-double reference they must match within one quantum.
 // Shapes cover M, N, K of 1, odd, and not multiples of 4 / 16 / 32 / 64, so every int8_gemm path (AMX, VNNI tiles
 // and their tails, the floating-point fallback) is exercised at each TESSERA_CPU_MAX_ISA level.
+#include <algorithm>
+#include <atomic>
 #include <cfenv>
 
 #include "op_test_reference.h"
@@ -604,6 +606,52 @@ TEST(QuantizedOps, Int8GemmExact) {
             check_int8_gemm<uint8_t, uint8_t>(s[0], s[1], s[2], !variant, true, seed += 4);
             check_int8_gemm<int8_t, int8_t>(s[0], s[1], s[2], variant, true, seed += 4);
             check_int8_gemm<int8_t, uint8_t>(s[0], s[1], s[2], !variant, variant == 1, seed += 4);
+        }
+    }
+}
+
+// The streaming form (B read as it is, each task packing its panels) delivers exact sums to its sink, and with
+// whole_rows every row block starts at a multiple of it and holds a multiple of it but the last (the blocked
+// outputs' whole blocks of 16 channels), on every path (AMX, VNNI tiles, the float fallback).
+TEST(QuantizedOps, Int8GemmStreamingDeliversWholeRowBlocks) {
+    class Recorder final : public Int8GemmSink {
+    public:
+        Recorder(int32_t* c, int64_t ldc, int64_t M, int64_t whole) : c_(c), ldc_(ldc), M_(M), whole_(whole) {}
+        void write(int64_t m0, int64_t rows, int64_t n0, int64_t columns, const int32_t* sums,
+                   int64_t ld) const override {
+            if (m0 % whole_ != 0 || (m0 + rows < M_ && rows % whole_ != 0)) split_.store(true);
+            for (int64_t r = 0; r < rows; ++r)
+                std::copy(sums + r * ld, sums + r * ld + columns, c_ + (m0 + r) * ldc_ + n0);
+        }
+        bool split() const { return split_.load(); }
+
+    private:
+        int32_t* c_;
+        int64_t ldc_, M_, whole_;
+        mutable std::atomic<bool> split_{false};
+    };
+    const int64_t shapes[][3] = {{16, 37, 20}, {48, 300, 96}, {96, 13, 16}, {37, 129, 33}, {144, 196, 24}};
+    uint32_t seed = 3000;
+    for (const auto& s : shapes) {
+        for (int64_t whole : {int64_t(1), int64_t(16), int64_t(32)}) {
+            const int64_t M = s[0], N = s[1], K = s[2], ldb = N + 3;
+            const auto A = random_bytes<int8_t>(M * K, seed += 3);
+            const auto B = random_bytes<uint8_t>(K * ldb, seed + 1);
+            const auto za = random_values<int32_t>(M, seed + 2, -128, 127);
+            const int32_t zb = 131;
+            const Int8PackedA packed(A.data(), true, M, K, K, &testing::test_pool());
+            std::vector<int32_t> C(size_t(M * N), 0x5a5a5a5a);
+            const Recorder sink(C.data(), N, M, whole);
+            int8_gemm_streaming(testing::test_pool(), packed, B.data(), false, ldb, N, za.data(), zb, sink, whole);
+            if (int8_gemm_uses_vnni()) EXPECT_FALSE(sink.split()) << "M=" << M << " whole_rows=" << whole;
+            for (int64_t m = 0; m < M; ++m) {
+                for (int64_t n = 0; n < N; ++n) {
+                    int64_t sum = 0;
+                    for (int64_t k = 0; k < K; ++k) sum += (int64_t(A[m * K + k]) - za[m]) * (int64_t(B[k * ldb + n]) - zb);
+                    ASSERT_EQ(C[m * N + n], int32_t(sum)) << "M=" << M << " N=" << N << " K=" << K << " whole_rows="
+                                                          << whole << " at " << m << "," << n;
+                }
+            }
         }
     }
 }

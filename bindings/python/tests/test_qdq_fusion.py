@@ -519,9 +519,9 @@ def _blocked_layout_available():
     return _cpu_path_available("avx512f", ("avx512", "amx"))
 
 
-def _amx_available():
-    """int8 products on AMX into the blocked layout (util/int8_gemm.h)."""
-    return _cpu_path_available("amx_int8", ("amx",))
+def _int8_blocked_available():
+    """int8 products (AMX or AVX-512 VNNI) into the blocked layout (util/int8_gemm.h)."""
+    return _cpu_path_available("avx512_vnni", ("avx512", "amx")) or _cpu_path_available("amx_int8", ("amx",))
 
 
 def _profiled_run(model, feeds, trace, **options):
@@ -555,9 +555,10 @@ def test_depthwise_convolution_takes_over_the_int8_expansion(monkeypatch, tmp_pa
     feeds = {"x": (2 * RNG.standard_normal(shape)).astype(np.float32)}
     outputs, steps = _profiled_run(model, feeds, tmp_path / "trace.json", intra_op_threads=threads)
     ours = outputs[0]
-    # The blocked floats come from AMX row blocks only (elsewhere the steps stay apart, NCHW); the QuantizeLinear
-    # after the depthwise convolution takes that one over in turn and quantizes its rows as they are made.
-    assert ("QLinearConvToFloat+Conv+QuantizeLinear" in steps) == _amx_available(), steps
+    # The blocked floats come from the AMX or VNNI products only (elsewhere the steps stay apart, NCHW); the
+    # QuantizeLinear after the depthwise convolution takes that one over in turn and quantizes its rows as they are
+    # made.
+    assert ("QLinearConvToFloat+Conv+QuantizeLinear" in steps) == _int8_blocked_available(), steps
     monkeypatch.setenv("TESSERA_CPU_FUSE_PRODUCERS", "0")
     apart = tessera.InferenceSession(model, intra_op_threads=threads).run(None, feeds)[0]
     np.testing.assert_array_equal(ours, apart)

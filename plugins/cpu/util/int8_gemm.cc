@@ -499,7 +499,8 @@ Int8PackedA::Int8PackedA(const void* data, bool is_signed, int64_t M, int64_t K,
 }
 
 void int8_gemm_streaming(ThreadPool& pool, const Int8PackedA& A, const void* B, bool b_signed, int64_t ldb,
-                         int64_t N, const int32_t* a_zero, int32_t b_zero, const Int8GemmSink& sink) {
+                         int64_t N, const int32_t* a_zero, int32_t b_zero, const Int8GemmSink& sink,
+                         int64_t whole_rows) {
     const int64_t M = A.rows(), K = A.depth();
     if (M <= 0 || N <= 0) return;
     if (K == 0 || !int8_gemm_uses_vnni()) {  // the fallback packs B whole
@@ -511,7 +512,8 @@ void int8_gemm_streaming(ThreadPool& pool, const Int8PackedA& A, const void* B, 
 #if TESSERA_CPU_X86  // the VNNI and AMX paths
     const bool amx = isa() == Isa::Amx;
     const int64_t groups = packed_groups(K), stride = groups * 4;
-    const int64_t tile_rows = amx ? kAmxTileRows : kVnniTileRows;
+    // Row blocks: one AMX tile of 32 rows; on VNNI, tiles of 6 rows, or 16 or 32 rows of them (whole_rows).
+    const int64_t tile_rows = amx || whole_rows > 16 ? kAmxTileRows : whole_rows > 1 ? 16 : kVnniTileRows;
     const int64_t row_blocks = (M + tile_rows - 1) / tile_rows;
     const auto* bytes = static_cast<const uint8_t*>(B);
     const uint8_t flip = b_signed ? 0 : 0x80;
@@ -569,8 +571,14 @@ void int8_gemm_streaming(ThreadPool& pool, const Int8PackedA& A, const void* B, 
                 const uint8_t* a_rows = A.data() + m0 * stride;
                 for (int64_t q = 0; q < span_panel_count; ++q) {
                     const int8_t* panel = span_panels + q * panel_bytes;
-                    if (amx) amx_tile(a_rows, panel, groups / 16, tile + q * kPanel, ld);
-                    else kVnniTiles[rows](a_rows, stride, panel, groups, tile + q * kPanel, ld);
+                    if (amx) {
+                        amx_tile(a_rows, panel, groups / 16, tile + q * kPanel, ld);
+                        continue;
+                    }
+                    for (int64_t r0 = 0; r0 < rows; r0 += kVnniTileRows) {
+                        kVnniTiles[std::min(kVnniTileRows, rows - r0)](a_rows + r0 * stride, stride, panel, groups,
+                                                                      tile + r0 * ld + q * kPanel, ld);
+                    }
                 }
                 if (uniform_za) {
                     correct_tile_uniform(reinterpret_cast<uint32_t*>(tile), ld, rows, columns, row_terms + m0,

@@ -17,7 +17,7 @@ namespace tessera::cpu {
 
 // Whether int8_gemm runs on AMX or AVX-512 VNNI on this CPU (else on the floating-point fallback).
 bool int8_gemm_uses_vnni();
-// Whether it runs on AMX tiles (32 rows of A at a time: the row blocks int8_gemm_streaming hands its sink).
+// Whether it runs on AMX tiles (32 rows of A at a time).
 bool int8_gemm_uses_amx();
 
 // A K x N operand of int8 or uint8 elements, packed once for int8_gemm: element (k, n) is
@@ -92,8 +92,11 @@ void int8_gemm(ThreadPool& pool, const Int8PackedA& A, const Int8PackedB& B, con
 // The same for B (K x N bytes, row stride ldb, uint8 or int8 per b_signed, zero point b_zero for every column)
 // read as it is: each task packs the panel of B it multiplies, in the region of the products, instead of a pass
 // and a region of its own over all of B first (a convolution's image, which changes every run).
+// whole_rows (16 or 32): on AMX and VNNI, every row block the sink gets starts at a multiple of it and holds a
+// multiple of it (the last one excepted), so that blocks of 16 channels arrive whole (a blocked output); 1: any.
 void int8_gemm_streaming(ThreadPool& pool, const Int8PackedA& A, const void* B, bool b_signed, int64_t ldb,
-                         int64_t N, const int32_t* a_zero, int32_t b_zero, const Int8GemmSink& sink);
+                         int64_t N, const int32_t* a_zero, int32_t b_zero, const Int8GemmSink& sink,
+                         int64_t whole_rows = 1);
 
 // The same into C (row stride ldc).
 void int8_gemm(ThreadPool& pool, const Int8PackedA& A, const Int8PackedB& B, const int32_t* a_zero,

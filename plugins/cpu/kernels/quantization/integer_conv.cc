@@ -356,7 +356,7 @@ private:
             const Dequantization& dq = *r_.dequantize;
             float* y = static_cast<float*>(r_.y);
             const int64_t row = first_row_ + m0;
-            if (r_.blocked) {  // whole blocks of 16 channels (blocked_capable_: AMX tiles of 32 rows)
+            if (r_.blocked) {  // whole blocks of 16 channels (int8_gemm_streaming's whole_rows)
                 for (int64_t b = 0; b < rows; b += kChannelBlock) {
                     dequantize_to_blocked(staging + b * columns, columns, columns, dq.scale, dq.zero,
                                           y + ((row + b) / kChannelBlock * positions_ + n0) * kChannelBlock);
@@ -478,7 +478,7 @@ private:
             dispatch_8bit(run_.out.type, [&]<typename Out>() {
                 const RingSink<Out> sink(requantization_, ring, j0, W);
                 int8_gemm_streaming(pool_, kernel_.packed_filters_[0], image, X.type == TESS_ELEMENT_INT8, P, count,
-                                    run_.w_zero.data(), run_.x_zero, sink);
+                                    run_.w_zero.data(), run_.x_zero, sink, kChannelBlock);
             });
         }
 
@@ -504,7 +504,8 @@ private:
         }
 
     private:
-        // Blocks of 16 channels (AMX row blocks of 32: whole blocks), one image row's run of positions at a time.
+        // Blocks of 16 channels (whole: int8_gemm_streaming's whole_rows), one image row's run of positions at a
+        // time.
         template <typename Q> void store(const Q* staging, int64_t m0, int64_t rows, int64_t n0,
                                          int64_t columns) const {
             const Dequantization& dq = *r_.dequantize;
@@ -713,11 +714,11 @@ private:
         dequantize_ = Dequantization{static_cast<const float*>(scale->data)[0],
                                      zero ? static_cast<float>(load_all(*zero)[0]) : 0.0f,
                                      bytes_type == TESS_ELEMENT_INT8};
-        // Blocked output: a declared [N, C, H, W] input, constant filters whose count is whole blocks, and AMX row
-        // blocks (of 32 rows, so that every block of 16 channels reaches the sink whole).
+        // Blocked output: a declared [N, C, H, W] input, constant filters whose count is whole blocks, and the
+        // AMX or VNNI products (whose row blocks can be whole blocks of 16 channels: int8_gemm_streaming).
         const std::optional<Tensor> W = info.constant_tensor(quantized_ ? 3 : 1);
         const std::optional<Shape> x_shape = info.input_shape(0);
-        blocked_capable_ = int8_gemm_uses_amx() && blocked_layout_enabled() && x_shape && x_shape->size() == 4 &&
+        blocked_capable_ = int8_gemm_uses_vnni() && blocked_layout_enabled() && x_shape && x_shape->size() == 4 &&
                            W && W->rank() == 4 && W->shape[0] % kChannelBlock == 0;
         if (blocked_capable_ && std::all_of(x_shape->begin(), x_shape->end(), [](int64_t d) { return d > 0; })) {
             declared_ = resolve_window(op_, attrs_, Shape(x_shape->begin() + 2, x_shape->end()),
@@ -833,7 +834,7 @@ private:
                 dispatch_8bit(requantization->out.type, [&]<typename Out>() {
                     const RequantizingSink<Out> sink(*requantization, grp * filters_per_group, first_row, positions);
                     int8_gemm_streaming(pool, filters, operand, x_signed, positions, positions, filter_zeros, x_zero,
-                                        sink);
+                                        sink, requantization->blocked ? kChannelBlock : 1);
                 });
             }
         }
