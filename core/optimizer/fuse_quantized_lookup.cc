@@ -15,9 +15,10 @@
 //   - the lookup joins the QLinearConv or per-tensor QuantizeLinear making its input (fold_into_producers);
 //   - a pointwise QLinearConv's DequantizeLinear read by convolutions joins it as QLinearConvToFloat
 //     (fold_dequantization);
-//   - DQ(a) + DQ(b) -> Q, a residual addition, becomes QuantizedAdd (fold_additions).
+//   - DQ(a) + DQ(b) [-> Relu] -> Q, a residual addition, becomes QuantizedAdd (fold_additions).
 #include <fmt/format.h>
 
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -257,9 +258,10 @@ private:
         return fold_additions(graph, context) || dequantized || changed;
     }
 
-    // DQ(a) + DQ(b) -> Q of per-tensor 8-bit quantizations and one shape (a QDQ model's residual additions):
-    // TESS_FUSED_OPS_DOMAIN QuantizedAdd(a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero), which computes
-    // the three nodes' arithmetic in one pass.  The DequantizeLinears stay while something else reads them.
+    // DQ(a) + DQ(b) [-> Relu] -> Q of per-tensor 8-bit quantizations and one shape (a QDQ model's residual
+    // additions; the addition an Add or a Sum of two): TESS_FUSED_OPS_DOMAIN QuantizedAdd(a, a_scale, a_zero, b,
+    // b_scale, b_zero, y_scale, y_zero) [activation = "Relu"], which computes the nodes' arithmetic in one pass.
+    // The DequantizeLinears stay while something else reads them.
     static bool fold_additions(Graph& graph, const PassContext& context) {
         const auto readers = fusion::consumers(graph);
         std::unordered_map<std::string, size_t> producers;
@@ -278,33 +280,50 @@ private:
         std::vector<bool> taken(graph.nodes.size(), false);
         for (size_t n = 0; n < graph.nodes.size(); ++n) {
             const Node& add = graph.nodes[n];
-            if (!add.domain.empty() || add.op_type != "Add" || add.inputs.size() != 2 || add.outputs.size() != 1 ||
-                taken[n])
+            if (!add.domain.empty() || (add.op_type != "Add" && add.op_type != "Sum") || add.inputs.size() != 2 ||
+                add.outputs.size() != 1 || taken[n])
                 continue;
             const Node* a = dequantize(add.inputs[0]);
             const Node* b = dequantize(add.inputs[1]);
             const auto shape_a = fusion::static_shape(graph, add.inputs[0]);
             const auto shape_b = fusion::static_shape(graph, add.inputs[1]);
             if (a == nullptr || b == nullptr || !shape_a || shape_a != shape_b) continue;
-            const auto at = readers.find(add.outputs[0]);
-            if (at == readers.end() || at->second.size() != 1 || !fusion::only_feeds(graph, readers, add.outputs[0],
-                                                                                      at->second[0]))
-                continue;
-            const size_t q_index = at->second[0];
+            // The one node reading a value (and nothing else: not a graph output), or none.
+            auto sole_reader = [&](const std::string& value) -> std::optional<size_t> {
+                const auto at = readers.find(value);
+                if (at == readers.end() || at->second.size() != 1 ||
+                    !fusion::only_feeds(graph, readers, value, at->second[0]))
+                    return std::nullopt;
+                return at->second[0];
+            };
+            std::optional<size_t> next = sole_reader(add.outputs[0]);
+            if (!next) continue;
+            std::optional<size_t> relu;
+            std::string quantized = add.outputs[0];
+            if (const Node& r = graph.nodes[*next]; r.domain.empty() && r.op_type == "Relu" && !taken[*next]) {
+                relu = next;
+                quantized = r.outputs[0];
+                next = sole_reader(quantized);
+                if (!next) continue;
+            }
+            const size_t q_index = *next;
             const Node& q = graph.nodes[q_index];
-            if (!per_tensor_8bit(graph, q, "QuantizeLinear") || q.inputs[0] != add.outputs[0] || taken[q_index] ||
+            if (!per_tensor_8bit(graph, q, "QuantizeLinear") || q.inputs[0] != quantized || taken[q_index] ||
                 element_type(graph, q.inputs[1]) != TESS_ELEMENT_FLOAT32 ||
                 fusion::int_attribute(q, "precision", 0) != 0)
                 continue;
             fusion::Candidate c;
-            c.nodes = {n, q_index};
+            c.nodes = {n};
+            if (relu) c.nodes.push_back(*relu);
+            c.nodes.push_back(q_index);
             c.fused.name = (add.name.empty() ? add.outputs[0] : add.name) + "_quantized";
             c.fused.op_type = "QuantizedAdd";
             c.fused.domain = TESS_FUSED_OPS_DOMAIN;
             c.fused.inputs = {a->inputs[0], a->inputs[1], a->inputs[2], b->inputs[0], b->inputs[1], b->inputs[2],
                               q.inputs[1],  q.inputs[2]};
             c.fused.outputs = {q.outputs[0]};
-            taken[n] = taken[q_index] = true;
+            if (relu) c.fused.attributes.push_back(fusion::make_attribute("activation", std::string("Relu")));
+            for (size_t k : c.nodes) taken[k] = true;
             found.push_back(std::move(c));
         }
         return fusion::apply_where_placed(graph, context, found);

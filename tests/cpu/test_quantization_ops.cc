@@ -490,7 +490,8 @@ TEST(QuantizedOps, QuantizeLinearWithLookupTableMatchesReference) {
 
 // The fused-domain QuantizedAdd (DQ(a) + DQ(b) -> Q) against the three nodes' arithmetic lane by lane: the
 // differences exact, two products, their sum, the quotient, round half to even, saturate.
-template <typename TA, typename TB, typename TY> void check_quantized_add(const Shape& shape, uint32_t seed) {
+template <typename TA, typename TB, typename TY>
+void check_quantized_add(const Shape& shape, uint32_t seed, bool relu = false) {
     const auto a = random_bytes<TA>(shape_size(shape), seed);
     const auto b = random_bytes<TB>(shape_size(shape), seed + 1);
     const float sa = 0.021f, sb = 0.037f, sy = 0.043f;
@@ -501,6 +502,7 @@ template <typename TA, typename TB, typename TY> void check_quantized_add(const 
     node.input(element_type_of<TA>()).input(TESS_ELEMENT_FLOAT32).input(element_type_of<TA>());
     node.input(element_type_of<TB>()).input(TESS_ELEMENT_FLOAT32).input(element_type_of<TB>());
     node.input(TESS_ELEMENT_FLOAT32).input(element_type_of<TY>()).output(element_type_of<TY>());
+    if (relu) node.attr_string("activation", "Relu");
     const auto out = run_node(quant_registry(), node,
                               {tensor<TA>(shape, a), testing::scalar<float>(sa), testing::scalar<TA>(za),
                                tensor<TB>(shape, b), testing::scalar<float>(sb), testing::scalar<TB>(zb),
@@ -511,6 +513,7 @@ template <typename TA, typename TB, typename TY> void check_quantized_add(const 
         volatile float va = (static_cast<float>(a[i]) - static_cast<float>(za)) * sa;
         volatile float vb = (static_cast<float>(b[i]) - static_cast<float>(zb)) * sb;
         volatile float sum = va + vb;
+        if (relu && sum < 0.0f) sum = 0.0f;  // the Relu kernel's x < 0 ? 0 : x
         const float quotient = sum / sy;
         const int64_t expected = saturate_round<TY>(std::nearbyint(double(quotient)) + double(zy));
         ASSERT_EQ(int64_t(got[i]), expected) << shape_string(shape) << " element " << i;
@@ -524,6 +527,8 @@ TEST(QuantizedOps, QuantizedAddMatchesDequantizeAddQuantize) {
         check_quantized_add<int8_t, int8_t, int8_t>(shape, seed += 3);
         check_quantized_add<int8_t, uint8_t, uint8_t>(shape, seed += 3);
         check_quantized_add<uint8_t, int8_t, int8_t>(shape, seed += 3);
+        check_quantized_add<uint8_t, uint8_t, uint8_t>(shape, seed += 3, true);
+        check_quantized_add<int8_t, int8_t, int8_t>(shape, seed += 3, true);
     }
 }
 

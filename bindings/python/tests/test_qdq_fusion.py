@@ -623,22 +623,28 @@ def test_joined_operators_in_unusual_neighbourhoods(monkeypatch, case):
 
 
 @pytest.mark.parametrize("zero_type", [np.uint8, np.int8], ids=["uint8", "int8"])
-def test_residual_addition_becomes_quantized_add(zero_type):
-    """A QDQ model's residual addition, DequantizeLinear(a) + DequantizeLinear(b) -> QuantizeLinear, runs as one
-    ai.tessera:QuantizedAdd (the DequantizeLinear another node still reads stays for it), with exactly the three
-    nodes' results."""
+@pytest.mark.parametrize("addition,relu", [("Add", False), ("Sum", True), ("Add", True)],
+                         ids=["add", "sum-relu", "add-relu"])
+def test_residual_addition_becomes_quantized_add(zero_type, addition, relu):
+    """A QDQ model's residual addition, DequantizeLinear(a) + DequantizeLinear(b) [-> Relu] -> QuantizeLinear (the
+    addition an Add or a Sum of two, ResNet's blocks ending in a Relu), runs as one ai.tessera:QuantizedAdd (the
+    DequantizeLinear another node still reads stays for it), with exactly the nodes' results."""
     b = QdqBuilder()
     shape = (1, 24, 20, 18)
     x = b.q("x", 0.05, zero_type(3))
     left = b.dq(x, np.float32(0.05), zero_type(3))
     right = b.qdq(b.node("Relu", [left]), 0.04, zero_type(7))
-    y = b.dq(b.q(b.node("Add", [left, right]), 0.07, zero_type(1)), np.float32(0.07), zero_type(1))
+    y = b.node(addition, [left, right])
+    if relu:
+        y = b.node("Relu", [y])
+    y = b.dq(b.q(y, 0.07, zero_type(1)), np.float32(0.07), zero_type(1))
     y = b.node("Add", [y, left])  # a float reader of `left` as well: its DequantizeLinear stays
     model = b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))], y)
     feeds = {"x": (3 * RNG.standard_normal(shape)).astype(np.float32)}
     session = tessera.InferenceSession(model, optimization_level=3)
     ops = session_ops(session)
-    assert "ai.tessera:QuantizedAdd" in ops, ops
+    # (The Relu of `right` stays: its DequantizeLinear has other readers.)
+    assert "ai.tessera:QuantizedAdd" in ops and "Sum" not in ops and ops.count("Relu") == 1, str(ops)
     expected = tessera.InferenceSession(model, optimization_level=0).run(None, feeds)[0]
     np.testing.assert_array_equal(session.run(None, feeds)[0], expected)
     np.testing.assert_array_equal(expected, onnxruntime_run(model, feeds, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)[0])

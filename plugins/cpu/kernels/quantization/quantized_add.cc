@@ -6,6 +6,8 @@
 // with every step rounded as the three nodes round it (the differences exact, a product, a product, their sum, the
 // quotient: no FMA), so the results are theirs bit for bit; one pass and one step instead of four.  Inputs as
 // com.microsoft QLinearAdd's (a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero), per-tensor, same shapes.
+// Attribute activation = "Relu": a Relu between the addition and the quantization (ResNet's residual blocks),
+// sum < 0 ? 0 : sum as the Relu kernel computes it.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -28,6 +30,7 @@ using namespace quant;
 
 struct AddParams {
     float a_scale, a_zero, b_scale, b_zero, y_scale, y_zero, low, high;
+    bool relu;
 };
 
 // One lane: quant::saturate_round's steps (max first: NaN ends at low), on the exact sum of the two products.
@@ -37,7 +40,9 @@ template <typename TA, typename TB, typename TY>
     for (int64_t i = 0; i < n; ++i) {
         const float va = (static_cast<float>(a[i]) - p.a_zero) * p.a_scale;
         const float vb = (static_cast<float>(b[i]) - p.b_zero) * p.b_scale;
-        float v = (va + vb) / p.y_scale;
+        float v = va + vb;
+        if (p.relu) v = v < 0.0f ? 0.0f : v;
+        v = v / p.y_scale;
         v = v > (p.low - 1.0f) - p.y_zero ? v : (p.low - 1.0f) - p.y_zero;
         v = v < (p.high + 1.0f) - p.y_zero ? v : (p.high + 1.0f) - p.y_zero;
         v = ((v + kMagic) - kMagic) + p.y_zero;
@@ -66,7 +71,10 @@ template <typename TA, typename TB, typename TY>
         const __mmask16 mask = n - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - i)) - 1);
         const __m512 va = _mm512_mul_ps(_mm512_sub_ps(load_bytes(a + i, mask), za), sa);
         const __m512 vb = _mm512_mul_ps(_mm512_sub_ps(load_bytes(b + i, mask), zb), sb);
-        const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(_mm512_add_ps(va, vb), sy), lo), hi);
+        __m512 sum = _mm512_add_ps(va, vb);
+        if (p.relu) sum = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(sum, _mm512_setzero_ps(), _CMP_LT_OQ), sum,
+                                              _mm512_setzero_ps());
+        const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(sum, sy), lo), hi);
         _mm_mask_storeu_epi8(y + i, mask, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(v), zy)));
     }
 }
@@ -74,7 +82,12 @@ template <typename TA, typename TB, typename TY>
 
 class QuantizedAddKernel final : public Kernel {
 public:
-    explicit QuantizedAddKernel(const NodeInfo&) {}
+    explicit QuantizedAddKernel(const NodeInfo& info) {
+        const std::string activation = info.attr_string("activation", "");
+        if (!activation.empty() && activation != "Relu")
+            throw KernelError("QuantizedAdd: unsupported activation " + activation);
+        relu_ = activation == "Relu";
+    }
 
     void compute(KernelContext& ctx) const override {
         const Tensor& A = ctx.input(0);
@@ -83,6 +96,7 @@ public:
             throw KernelError("QuantizedAdd: a " + shape_string(A.shape) + " and b " + shape_string(B.shape) +
                               " must have one shape");
         AddParams p{};
+        p.relu = relu_;
         p.a_scale = scalar(ctx, 1, "a_scale");
         p.b_scale = scalar(ctx, 4, "b_scale");
         p.y_scale = scalar(ctx, 6, "y_scale");
@@ -121,6 +135,8 @@ public:
     }
 
 private:
+    bool relu_ = false;
+
     static float scalar(const KernelContext& ctx, size_t i, const char* name) {
         const Tensor& t = ctx.input(i);
         if (t.type != TESS_ELEMENT_FLOAT32 || t.size() != 1)
