@@ -3,7 +3,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <onnx/defs/schema.h>
 #include <onnx/defs/shape_inference.h>
@@ -119,15 +122,82 @@ private:
     mutable std::map<const onnx::OpSchema*, std::unique_ptr<onnx::OpSchema>> guarded_;
 };
 
-}  // namespace
+// libonnx infers nothing at all in a model importing a default-domain opset newer than it knows (Debian's 1.12:
+// opset 17), so that every fusion needing shapes would pass over such models.  Up to the newest opset whose changes
+// were surveyed, these operators changed after 17 only by the element types they accept, by attributes or inputs
+// added (which a node of the older schema lacks: a node carrying one is left uninferred, and check_node refuses an
+// input count the older schema does not take), or by attribute values that do not change an output's shape (Pad's
+// modes, Resize's coordinate transforms, ScatterND's reductions): for their nodes the older schema's inference
+// gives the newer one's types and shapes.  Any other node of the default domain is left uninferred.
+constexpr int64_t kNewestSurveyedOpset = 27;  // onnx 1.22
+const std::set<std::string>& stable_operators() {
+    static const std::set<std::string> ops{
+        "Abs", "Add", "And", "ArgMax", "ArgMin", "AveragePool", "BatchNormalization", "Cast", "Ceil", "Clip",
+        "Concat", "Constant", "Conv", "ConvInteger", "ConvTranspose", "Cos", "CumSum", "DepthToSpace",
+        "DequantizeLinear", "Div", "Dropout", "DynamicQuantizeLinear", "Einsum", "Elu", "Equal", "Erf", "Exp",
+        "Expand", "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gemm", "GlobalAveragePool",
+        "GlobalMaxPool", "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization",
+        "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "LpNormalization", "MatMul", "MatMulInteger",
+        "Max", "MaxPool", "Mean", "Min", "Mod", "Mul", "Neg", "Not", "Or", "PRelu", "Pad", "Pow", "QLinearConv",
+        "QLinearMatMul", "QuantizeLinear", "Reciprocal", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum",
+        "Relu", "Reshape", "Resize", "Round", "ScatterND", "Selu", "Shape", "Sigmoid", "Sin", "Size", "Slice",
+        "Softmax", "Softplus", "Softsign", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh",
+        "Tile", "Transpose", "Unsqueeze", "Where", "Xor"};
+    return ops;
+}
 
-void infer_shapes_guarded(onnx::ModelProto& model) {
+bool default_domain(const std::string& domain) { return domain.empty() || domain == "ai.onnx"; }
+
+// Whether libonnx's schema of `node` at `version` declares every attribute the node carries.
+bool attributes_declared(const onnx::NodeProto& node, int version) {
+    const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(node.op_type(), version, "");
+    if (schema == nullptr) return false;
+    for (const auto& attr : node.attribute())
+        if (schema->attributes().count(attr.name()) == 0 || attr.type() == onnx::AttributeProto::GRAPH ||
+            attr.type() == onnx::AttributeProto::GRAPHS)
+            return false;
+    return true;
+}
+
+void infer(onnx::ModelProto& model) {
     static const GuardedRegistry registry;
     try {
         onnx::shape_inference::InferShapes(model, &registry, onnx::ShapeInferenceOptions(false, 0, false));
     } catch (const std::exception&) {
         // Inference is only a hint; the model is validated by our own checks and run-time shapes are authoritative.
     }
+}
+
+}  // namespace
+
+void infer_shapes_guarded(onnx::ModelProto& model) {
+    const auto& ranges = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+    const auto known = ranges.find("");
+    onnx::OperatorSetIdProto* import = nullptr;
+    for (auto& opset : *model.mutable_opset_import())
+        if (default_domain(opset.domain())) import = &opset;
+    if (import == nullptr || known == ranges.end() || import->version() <= known->second.second) {
+        infer(model);
+        return;
+    }
+    // Beyond the survey libonnx would apply older definitions blindly: no inference.
+    if (import->version() > kNewestSurveyedOpset) return;
+    // The model's import lowered to the newest opset libonnx knows for the inference, and every node whose type
+    // and shape that opset's schema might give wrongly renamed to an operator nobody defines (which libonnx leaves
+    // uninferred); both restored afterwards.
+    const int64_t imported = import->version();
+    const int newest = known->second.second;
+    std::vector<std::pair<onnx::NodeProto*, std::string>> renamed;
+    for (auto& node : *model.mutable_graph()->mutable_node()) {
+        if (!default_domain(node.domain())) continue;
+        if (stable_operators().count(node.op_type()) && attributes_declared(node, newest)) continue;
+        renamed.emplace_back(&node, node.op_type());
+        node.set_op_type("tessera.uninferred." + node.op_type());
+    }
+    import->set_version(newest);
+    infer(model);
+    import->set_version(imported);
+    for (auto& [node, op_type] : renamed) node->set_op_type(op_type);
 }
 
 }  // namespace tessera

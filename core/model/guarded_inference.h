@@ -10,7 +10,9 @@ namespace tessera {
 // types, and for the convolution and pooling families consistent ranks.  The libonnx that Debian ships (1.12)
 // reads out of bounds or through NULL when a malformed node reaches its inference function (found by
 // tests/fuzz/fuzz_model.cc); a guarded node is left uninferred instead, as any other node whose inference fails.
-// Errors are swallowed: inference is a hint, the model is validated by Tessera's own checks.
+// Errors are swallowed: inference is a hint, the model is validated by Tessera's own checks.  A model importing a
+// default-domain opset newer than libonnx knows is inferred node by node where the older definitions are known to
+// give the same types and shapes (guarded_inference.cc), and not at all beyond the opsets surveyed.
 void infer_shapes_guarded(onnx::ModelProto& model);
 
 }  // namespace tessera

@@ -29,12 +29,14 @@ namespace {
 std::string normalize_domain(const std::string& domain) { return domain == "ai.onnx" ? std::string() : domain; }
 
 // ONNX's shape inference (from libonnx) fills in value types the model leaves out.  It is run only when every
-// imported standard opset is one this libonnx knows, because for newer opsets it would apply older operator
-// definitions; nodes of custom domains are left to their libraries' shape inference.
+// imported standard opset but the default domain's is one this libonnx knows, because for newer opsets it would
+// apply older operator definitions (infer_shapes_guarded takes care of a newer default domain); nodes of custom
+// domains are left to their libraries' shape inference.
 void infer_types_best_effort(onnx::ModelProto& model) {
     const auto& known = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
     for (const auto& opset : model.opset_import()) {
-        auto it = known.find(opset.domain() == "ai.onnx" ? "" : opset.domain());
+        if (opset.domain().empty() || opset.domain() == "ai.onnx") continue;
+        auto it = known.find(opset.domain());
         if (it == known.end()) continue;  // a custom domain: its nodes are simply not inferred
         if (opset.version() > it->second.second) return;
     }

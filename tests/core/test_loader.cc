@@ -284,6 +284,44 @@ TEST(Loader, ReadsExternalDataOfTensorAttributes) {
     EXPECT_NE(load_error(bytes, std::nullopt).find("without a base directory"), std::string::npos);
 }
 
+// libonnx (1.12: opset 17) infers a model importing a newer default opset where its older definitions give the
+// same types and shapes: a Conv and a Relu are inferred up to opset 27; an AveragePool carrying opset 19's
+// dilations, which the older definition does not know, is left uninferred; beyond the opsets surveyed (28) nothing
+// is inferred.
+TEST(Loader, InfersNewerOpsetsWhereTheOlderDefinitionsHold) {
+    auto ints = [](onnx::NodeProto& node, const char* name, std::vector<int64_t> values) {
+        auto* attr = node.add_attribute();
+        attr->set_name(name);
+        attr->set_type(onnx::AttributeProto::INTS);
+        for (int64_t v : values) attr->add_ints(v);
+    };
+    for (int64_t opset : {17, 18, 19, 21, 27, 28}) {
+        ModelBuilder b(opset);
+        b.input("x", {1, 3, 8, 8}).input("w", {4, 3, 3, 3}).output("y", {-1, -1, -1, -1});
+        b.node("Conv", {"x", "w"}, {"t"});
+        b.node("Relu", {"t"}, {"u"});
+        auto& pool = b.node("AveragePool", {"u"}, {"y"});
+        ints(pool, "kernel_shape", {2, 2});
+        if (opset >= 19) ints(pool, "dilations", {2, 2});
+        auto bytes = b.bytes();
+        auto model = load_model_bytes(bytes.data(), bytes.size(), std::nullopt);
+        for (const char* value : {"t", "u"}) {
+            const auto it = model.graph.types.find(value);
+            if (opset > 27) {
+                EXPECT_TRUE(it == model.graph.types.end() || !it->second.has_shape) << value << " opset " << opset;
+                continue;
+            }
+            ASSERT_NE(it, model.graph.types.end()) << value << " opset " << opset;
+            EXPECT_EQ(it->second.dims, (std::vector<int64_t>{1, 4, 6, 6})) << value << " opset " << opset;
+        }
+        // y: the model's own declaration (unknown dims) unless inferred.
+        const auto y = model.graph.types.find("y");
+        const bool y_inferred = y != model.graph.types.end() && y->second.has_shape &&
+                                y->second.dims == std::vector<int64_t>{1, 4, 5, 5};
+        EXPECT_EQ(y_inferred, opset < 19) << "opset " << opset;
+    }
+}
+
 // A tiny model that declares a huge tensor costs an error, not the tensor's memory: sizes are checked against the
 // data present before anything is allocated.
 TEST(Loader, ChecksDeclaredSizesBeforeAllocating) {

@@ -648,3 +648,22 @@ def test_residual_addition_becomes_quantized_add(zero_type, addition, relu):
     expected = tessera.InferenceSession(model, optimization_level=0).run(None, feeds)[0]
     np.testing.assert_array_equal(session.run(None, feeds)[0], expected)
     np.testing.assert_array_equal(expected, onnxruntime_run(model, feeds, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)[0])
+
+
+@pytest.mark.parametrize("opset", [17, 19, 21])
+def test_fusions_needing_shapes_apply_at_newer_opsets(opset):
+    """The residual addition's fusion needs both operands' inferred shapes.  libonnx (1.12) knows opset 17; a model
+    importing a newer one is still inferred where the older definitions hold (core/model/guarded_inference.cc), so
+    the same model at opset 19 or 21 becomes the same QuantizedAdd, with the nodes' results."""
+    b = QdqBuilder(opset=opset)
+    shape = (1, 16, 9, 13)
+    left = b.dq(b.q("x", 0.05, np.uint8(3)), np.float32(0.05), np.uint8(3))
+    right = b.dq(b.q(b.node("Sigmoid", [left]), 0.01, np.uint8(0)), np.float32(0.01), np.uint8(0))
+    y = b.dq(b.q(b.node("Add", [left, right]), 0.07, np.uint8(1)), np.float32(0.07), np.uint8(1))
+    model = b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))], y)
+    feeds = {"x": (3 * RNG.standard_normal(shape)).astype(np.float32)}
+    session = tessera.InferenceSession(model)
+    assert "ai.tessera:QuantizedAdd" in session_ops(session), str(session_ops(session))
+    expected = tessera.InferenceSession(model, optimization_level=0).run(None, feeds)[0]
+    np.testing.assert_array_equal(session.run(None, feeds)[0], expected)
+    np.testing.assert_array_equal(expected, onnxruntime_run(model, feeds, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)[0])
