@@ -158,47 +158,57 @@ public:
             const size_t rank = shape->second.dims.size();
             const int64_t channels = shape->second.dims[1];
 
-            // Follow single readers from the DQ until a QuantizeLinear ends the chain.
-            std::vector<size_t> group{n};
-            bool per_channel = false, ended = false;
-            std::string value = dq.outputs[0];
-            size_t reader = 0;
-            while (walk.single_reader(value, reader)) {
-                const Node& node = graph.nodes[reader];
-                if (per_tensor_8bit(graph, node, "QuantizeLinear") && node.inputs[0] == value) {
+            // From each reader of the DQ, follow single readers until a QuantizeLinear ends the chain.  A DQ read
+            // by that chain alone joins it; one with other readers (GELU's x, read by its Erf branch and by the
+            // product) stays for them, and each chain becomes a lookup of its bytes.
+            const auto dq_readers = walk.readers.find(dq.outputs[0]);
+            if (dq_readers == walk.readers.end() || graph.is_graph_output(dq.outputs[0])) continue;
+            const std::vector<size_t> firsts = dq_readers->second;
+            for (size_t first : firsts) {
+                if (walk.taken[first]) continue;
+                std::vector<size_t> group{n};
+                bool per_channel = false, ended = false;
+                std::string value = dq.outputs[0];
+                size_t reader = first;
+                for (bool more = true; more; more = walk.single_reader(value, reader)) {
+                    const Node& node = graph.nodes[reader];
+                    if (per_tensor_8bit(graph, node, "QuantizeLinear") && node.inputs[0] == value) {
+                        group.push_back(reader);
+                        ended = group.size() > 2;
+                        break;
+                    }
+                    const Mapping mapping = chain_mapping(graph, node, value, rank, channels);
+                    if (mapping == Mapping::None) break;
+                    per_channel = per_channel || mapping == Mapping::PerChannel;
                     group.push_back(reader);
-                    ended = group.size() > 2;
-                    break;
+                    value = node.outputs[0];
                 }
-                const Mapping mapping = chain_mapping(graph, node, value, rank, channels);
-                if (mapping == Mapping::None) break;
-                per_channel = per_channel || mapping == Mapping::PerChannel;
-                group.push_back(reader);
-                value = node.outputs[0];
-            }
-            if (!ended || (per_channel && channels < 1)) continue;
+                if (!ended || (per_channel && channels < 1)) continue;
 
-            const int64_t rows = per_channel ? channels : 1;
-            ValuePtr table = evaluate_table(graph, context, group, rank, rows);
-            if (!table) {
-                log_message(TESS_LOG_DEBUG, "optimizer",
-                            fmt::format("{}: no lookup table (a node of the group could not be evaluated)",
-                                        graph.nodes[group.back()].label()));
-                continue;
-            }
-            const Node& q = graph.nodes[group.back()];
-            const std::string table_name = fusion::add_constant(graph, q.outputs[0] + ".lookup_table", std::move(table));
-            tables.push_back(table_name);
+                const int64_t rows = per_channel ? channels : 1;
+                ValuePtr table = evaluate_table(graph, context, group, rank, rows);
+                if (!table) {
+                    log_message(TESS_LOG_DEBUG, "optimizer",
+                                fmt::format("{}: no lookup table (a node of the group could not be evaluated)",
+                                            graph.nodes[group.back()].label()));
+                    continue;
+                }
+                const Node& q = graph.nodes[group.back()];
+                const std::string table_name =
+                    fusion::add_constant(graph, q.outputs[0] + ".lookup_table", std::move(table));
+                tables.push_back(table_name);
 
-            fusion::Candidate c;
-            c.nodes = group;
-            c.fused.name = (q.name.empty() ? q.outputs[0] : q.name) + "_lookup";
-            c.fused.op_type = "QuantizedLookup";
-            c.fused.domain = TESS_FUSED_OPS_DOMAIN;
-            c.fused.inputs = {dq.inputs[0], table_name};
-            c.fused.outputs = {q.outputs[0]};
-            for (size_t k : group) walk.taken[k] = true;
-            found.push_back(std::move(c));
+                fusion::Candidate c;
+                const bool shared = firsts.size() > 1;  // the DQ stays for its other readers
+                c.nodes.assign(group.begin() + (shared ? 1 : 0), group.end());
+                c.fused.name = (q.name.empty() ? q.outputs[0] : q.name) + "_lookup";
+                c.fused.op_type = "QuantizedLookup";
+                c.fused.domain = TESS_FUSED_OPS_DOMAIN;
+                c.fused.inputs = {dq.inputs[0], table_name};
+                c.fused.outputs = {q.outputs[0]};
+                for (size_t k : c.nodes) walk.taken[k] = true;
+                found.push_back(std::move(c));
+            }
         }
         bool changed = fusion::apply_where_placed(graph, context, found);
         // Tables of groups left as they were (their provider does not run the lookup) go again.
