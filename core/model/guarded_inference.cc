@@ -128,7 +128,8 @@ private:
 // added (which a node of the older schema lacks: a node carrying one is left uninferred, and check_node refuses an
 // input count the older schema does not take), or by attribute values that do not change an output's shape (Pad's
 // modes, Resize's coordinate transforms, ScatterND's reductions): for their nodes the older schema's inference
-// gives the newer one's types and shapes.  Any other node of the default domain is left uninferred.
+// gives the newer one's types and shapes (DequantizeLinear with a float32 scale: its output takes the scale's type
+// from 19 on).  Any other node of the default domain is left uninferred.
 constexpr int64_t kNewestSurveyedOpset = 27;  // onnx 1.22
 const std::set<std::string>& stable_operators() {
     static const std::set<std::string> ops{
@@ -188,9 +189,18 @@ void infer_shapes_guarded(onnx::ModelProto& model) {
     const int64_t imported = import->version();
     const int newest = known->second.second;
     std::vector<std::pair<onnx::NodeProto*, std::string>> renamed;
+    // DequantizeLinear's output follows its scale's type from opset 19 on (float32 only before): kept only for a
+    // float32 initializer scale.
+    std::set<std::string> float_initializers;
+    for (const auto& init : model.graph().initializer())
+        if (init.data_type() == onnx::TensorProto::FLOAT) float_initializers.insert(init.name());
+    auto older_definition_holds = [&](const onnx::NodeProto& node) {
+        if (!stable_operators().count(node.op_type()) || !attributes_declared(node, newest)) return false;
+        return node.op_type() != "DequantizeLinear" ||
+               (node.input_size() > 1 && float_initializers.count(node.input(1)) > 0);
+    };
     for (auto& node : *model.mutable_graph()->mutable_node()) {
-        if (!default_domain(node.domain())) continue;
-        if (stable_operators().count(node.op_type()) && attributes_declared(node, newest)) continue;
+        if (!default_domain(node.domain()) || older_definition_holds(node)) continue;
         renamed.emplace_back(&node, node.op_type());
         node.set_op_type("tessera.uninferred." + node.op_type());
     }

@@ -322,6 +322,35 @@ TEST(Loader, InfersNewerOpsetsWhereTheOlderDefinitionsHold) {
     }
 }
 
+// From opset 19 a DequantizeLinear's output takes its scale's type: the older definition (always float32) is used
+// only for a float32 scale; with a float16 one the output stays uninferred rather than wrongly float32.
+TEST(Loader, InfersNewerDequantizeLinearOnlyWithFloatScales) {
+    for (bool half : {false, true}) {
+        ModelBuilder b(19);
+        b.input("x", {2, 3}, onnx::TensorProto::UINT8).output("y", {-1, -1}, half ? onnx::TensorProto::FLOAT16
+                                                                                   : onnx::TensorProto::FLOAT);
+        auto& scale = b.initializer("scale", {}, {});
+        if (half) {
+            scale.set_data_type(onnx::TensorProto::FLOAT16);
+            scale.add_int32_data(0x3c00);  // 1.0
+        } else {
+            scale.add_float_data(1.0f);
+        }
+        b.node("DequantizeLinear", {"x", "scale"}, {"d"});
+        b.node("Relu", {"d"}, {"y"});
+        auto bytes = b.bytes();
+        auto model = load_model_bytes(bytes.data(), bytes.size(), std::nullopt);
+        const auto d = model.graph.types.find("d");
+        if (half) {
+            EXPECT_TRUE(d == model.graph.types.end() || d->second.element_type != TESS_ELEMENT_FLOAT32);
+        } else {
+            ASSERT_NE(d, model.graph.types.end());
+            EXPECT_EQ(d->second.element_type, TESS_ELEMENT_FLOAT32);
+            EXPECT_EQ(d->second.dims, (std::vector<int64_t>{2, 3}));
+        }
+    }
+}
+
 // A tiny model that declares a huge tensor costs an error, not the tensor's memory: sizes are checked against the
 // data present before anything is allocated.
 TEST(Loader, ChecksDeclaredSizesBeforeAllocating) {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cfenv>
 
+#include "kernels/quantization/requantize.h"
 #include "op_test_reference.h"
 #include "util/int8_gemm.h"
 
@@ -568,6 +569,36 @@ TEST(QuantizedOps, DynamicQuantizeLinearExact) {
     // Values on exact half quanta: x = (k + 0.5) * scale for a range that makes scale exactly 1.
     std::vector<float> halves{0.0f, 255.0f, 0.5f, 1.5f, 2.5f, 100.5f, 253.5f};
     check_dynamic_quantize({int64_t(halves.size())}, halves);
+}
+
+// float_rows gathers the range of what it writes as DynamicQuantizeLinear finds it (from 0), and says when a NaN
+// was written (the caller then takes the node's own pass); rows of every length, for the vector tails.
+TEST(QuantizedOps, FloatRowsGatherTheRangeOfTheirOutput) {
+    for (int64_t n : {int64_t(1), int64_t(15), int64_t(16), int64_t(37)}) {
+        for (bool with_nan : {false, true}) {
+            const int64_t rows = 3;
+            auto sums = random_values<int32_t>(rows * n, 4000 + uint32_t(n), -1000, 1000);
+            const std::vector<float> a{0.5f, -2.0f, 1.25f}, b{0.1f, 3.0f, -7.5f};
+            quant::FloatRange range;
+            quant::FloatEpilogue e;
+            e.scale = 0.013f;
+            e.channel_scale = a.data();
+            e.channel_shift = b.data();
+            e.range = &range;
+            std::vector<float> y(size_t(rows * n));
+            if (with_nan) {  // every value NaN
+                e.channel_scale = e.channel_shift = nullptr;
+                e.scale = std::nanf("");
+            }
+            quant::float_rows(sums.data(), n, rows, n, 0, e, y.data(), n);
+            float lo = 0.0f, hi = 0.0f;
+            for (float v : y) lo = std::min(lo, v), hi = std::max(hi, v);
+            EXPECT_EQ(range.unordered.load(), with_nan) << "n=" << n;
+            if (with_nan) continue;
+            EXPECT_EQ(range.low.load(), lo) << "n=" << n;
+            EXPECT_EQ(range.high.load(), hi) << "n=" << n;
+        }
+    }
 }
 
 // ---- int8_gemm ---------------------------------------------------------------------------------------------------

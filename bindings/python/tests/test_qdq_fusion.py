@@ -297,6 +297,23 @@ def test_dynamically_quantized_block_quantizes_in_its_convolutions(monkeypatch, 
         np.testing.assert_array_equal(got, expected)
 
 
+def test_dynamically_quantized_block_with_infinities_matches_the_chain():
+    """An infinite input makes the first quantization's scale infinite and the convolutions' floats NaN: the range
+    DynamicQuantizeLinear finds over NaNs depends on its own order of visiting them, so the fused convolutions find
+    it by the node's own pass then, and the results (NaNs included) are still the chain's bit for bit."""
+    b = QdqBuilder()
+    shape = (1, 16, 12, 10)
+    y = dynamic_conv(b, dynamic_conv(b, dynamic_conv(b, "x", 32, 16), 32, 32, group=32), 8, 32, clip=False)
+    model = b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))], y)
+    for special in (np.inf, np.nan):
+        x = RNG.standard_normal(shape).astype(np.float32)
+        x[0, 3, 4, 5] = special
+        reference = tessera.InferenceSession(model, optimization_level=0).run(None, {"x": x})[0]
+        session = tessera.InferenceSession(model)
+        assert session_ops(session).count("DynamicQuantizeLinear") == 1, str(session_ops(session))
+        np.testing.assert_array_equal(session.run(None, {"x": x})[0], reference)
+
+
 def lookup_model(chain, shape=(2, 6, 5, 7), signed=False, channel_axis_dq=False, out_signed=None):
     """x -> Q -> DQ -> chain(b, value) -> Q -> DQ: an activation quantized around float operators (what
     quantize_static leaves around a BatchNormalization it does not fold, or an activation)."""

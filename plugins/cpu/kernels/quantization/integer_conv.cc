@@ -244,7 +244,10 @@ public:
                 }
             }
             if (!quantize_y) return;
-            const quant::DynamicQuantization q = quant::dynamic_quantization_of_range(range.low, range.high);
+            // With a NaN the range DynamicQuantizeLinear finds depends on its own order of visiting Y: its own pass.
+            const quant::DynamicQuantization q =
+                range.unordered.load() ? quant::dynamic_range_uint8(ctx.pool(), Y)
+                                       : quant::dynamic_quantization_of_range(range.low, range.high);
             if (ctx.output_wanted(1)) quant::quantize_uint8(ctx.pool(), Y, q, ctx.output(1, TESS_ELEMENT_UINT8, Y.shape));
             if (ctx.output_wanted(2)) ctx.output(2, TESS_ELEMENT_FLOAT32, {}).ptr<float>()[0] = q.scale;
             if (ctx.output_wanted(3)) ctx.output(3, TESS_ELEMENT_UINT8, {}).ptr<uint8_t>()[0] = q.zero_point;
@@ -719,7 +722,7 @@ private:
         const std::optional<Tensor> W = info.constant_tensor(quantized_ ? 3 : 1);
         const std::optional<Shape> x_shape = info.input_shape(0);
         blocked_capable_ = int8_gemm_uses_vnni() && blocked_layout_enabled() && x_shape && x_shape->size() == 4 &&
-                           W && W->rank() == 4 && W->shape[0] % kChannelBlock == 0;
+                           W && W->rank() == 4 && W->size() > 0 && W->shape[0] % kChannelBlock == 0;
         if (blocked_capable_ && std::all_of(x_shape->begin(), x_shape->end(), [](int64_t d) { return d > 0; })) {
             declared_ = resolve_window(op_, attrs_, Shape(x_shape->begin() + 2, x_shape->end()),
                                        Shape(W->shape.begin() + 2, W->shape.end()));

@@ -174,7 +174,8 @@ namespace {
 
 #if TESSERA_CPU_X86
 // One row of float_rows, 16 lanes at a time: explicit multiplies and adds (no contraction into an FMA).
-// With `range`, the least and greatest value stored are taken into range[0] and range[1].
+// With `range`, the least and greatest value stored are taken into range[0] and range[1], and range[2] is set to 1
+// when a NaN is stored.
 template <typename In>
 [[gnu::target("avx512f"), gnu::optimize("fp-contract=off")]] void float_row_avx512(const In* sums, int64_t n,
                                                                                    float scale, bool affine, float a,
@@ -184,6 +185,7 @@ template <typename In>
     const __m512 s = _mm512_set1_ps(scale), va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
     const __m512 lo = _mm512_set1_ps(low), hi = _mm512_set1_ps(high);
     __m512 least = _mm512_set1_ps(range ? range[0] : 0.0f), greatest = _mm512_set1_ps(range ? range[1] : 0.0f);
+    __mmask16 unordered = 0;
     for (int64_t k = 0; k < n; k += 16) {
         const __mmask16 mask = n - k >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - k)) - 1);
         const __m512 value = std::is_same_v<In, float> ? _mm512_maskz_loadu_ps(mask, sums + k)
@@ -198,11 +200,13 @@ template <typename In>
         if (range) {  // min(least, v) = least < v ? least : v, as _mm512_min_ps(least, v) is; max likewise
             least = _mm512_mask_min_ps(least, mask, least, v);
             greatest = _mm512_mask_max_ps(greatest, mask, greatest, v);
+            unordered |= _mm512_mask_cmp_ps_mask(mask, v, v, _CMP_UNORD_Q);
         }
     }
     if (range) {
         range[0] = _mm512_reduce_min_ps(least);
         range[1] = _mm512_reduce_max_ps(greatest);
+        if (unordered) range[2] = 1.0f;
     }
 }
 
@@ -218,6 +222,7 @@ template <typename In>
         vb[c] = _mm512_set1_ps(affine ? e.channel_shift[m0 + c] : 0.0f);
     }
     __m512 least = _mm512_set1_ps(range ? range[0] : 0.0f), greatest = _mm512_set1_ps(range ? range[1] : 0.0f);
+    __mmask16 unordered = 0;
     for (int64_t p = 0; p < count; p += 16) {
         const int64_t rest = std::min<int64_t>(16, count - p);
         const __mmask16 mask = rest == 16 ? 0xFFFF : static_cast<__mmask16>((1u << rest) - 1);
@@ -235,12 +240,14 @@ template <typename In>
             if (range) {
                 least = _mm512_mask_min_ps(least, mask, least, v);
                 greatest = _mm512_mask_max_ps(greatest, mask, greatest, v);
+                unordered |= _mm512_mask_cmp_ps_mask(mask, v, v, _CMP_UNORD_Q);
             }
         }
     }
     if (range) {
         range[0] = _mm512_reduce_min_ps(least);
         range[1] = _mm512_reduce_max_ps(greatest);
+        if (unordered) range[2] = 1.0f;
     }
 }
 #endif
@@ -260,6 +267,7 @@ template <typename In>
         if (range) {
             range[0] = range[0] < v ? range[0] : v;
             range[1] = range[1] > v ? range[1] : v;
+            if (v != v) range[2] = 1.0f;
         }
     }
 }
@@ -269,7 +277,7 @@ void float_rows_of(const In* sums, int64_t ld, int64_t rows, int64_t n, int64_t 
                    int64_t ldy) {
     const bool affine = e.channel_scale != nullptr;
     [[maybe_unused]] const bool avx512 = vec::best_isa() == vec::Isa::Avx512;
-    float part[2] = {0.0f, 0.0f};  // this call's range
+    float part[3] = {0.0f, 0.0f, 0.0f};  // this call's range, and whether it saw a NaN
     float* range = e.range != nullptr ? part : nullptr;
     for (int64_t r = 0; r < rows; ++r) {
         const float a = affine ? e.channel_scale[m0 + r] : 1.0f, b = affine ? e.channel_shift[m0 + r] : 0.0f;
@@ -281,12 +289,13 @@ void float_rows_of(const In* sums, int64_t ld, int64_t rows, int64_t n, int64_t 
 #endif
         float_row_plain(sums + r * ld, n, e.scale, affine, a, b, e.clamp, e.low, e.high, y + r * ldy, range);
     }
-    if (range) e.range->merge(part[0], part[1]);
+    if (range) e.range->merge(part[0], part[1], part[2] != 0.0f);
 }
 
 }  // namespace
 
-void FloatRange::merge(float part_low, float part_high) {
+void FloatRange::merge(float part_low, float part_high, bool part_unordered) {
+    if (part_unordered) unordered.store(true, std::memory_order_relaxed);
     // (A failed exchange reloads `current`; a NaN part changes nothing.)
     for (float current = low.load(std::memory_order_relaxed);
          part_low < current && !low.compare_exchange_weak(current, part_low, std::memory_order_relaxed);) {
@@ -300,9 +309,9 @@ void float_rows_from_blocked(const float* src, int64_t count, int64_t m0, const 
                              int64_t ldy) {
 #if TESSERA_CPU_X86
     if (vec::best_isa() == vec::Isa::Avx512) {
-        float part[2] = {0.0f, 0.0f};
+        float part[3] = {0.0f, 0.0f, 0.0f};
         float_rows_blocked_avx512(src, count, m0, e, y, ldy, e.range != nullptr ? part : nullptr);
-        if (e.range != nullptr) e.range->merge(part[0], part[1]);
+        if (e.range != nullptr) e.range->merge(part[0], part[1], part[2] != 0.0f);
         return;
     }
 #endif

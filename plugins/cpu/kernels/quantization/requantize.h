@@ -105,11 +105,13 @@ struct FloatEpilogue {
 
 // The range of every value float_rows writes, as DynamicQuantizeLinear finds it (from 0, each value taken in by
 // min(low, v) = low < v ? low : v and max(high, v) likewise), so that the quantization of the output needs no pass
-// of its own.  Without NaNs the result does not depend on the order the threads' parts arrive in.  Shared by the
-// threads writing the output.
+// of its own.  Without NaNs the result does not depend on the order the threads' parts arrive in; `unordered`
+// says a NaN was written (DynamicQuantizeLinear's range then depends on its own order: the caller's own pass).
+// Shared by the threads writing the output.
 struct FloatRange {
     std::atomic<float> low{0.0f}, high{0.0f};
-    void merge(float part_low, float part_high);
+    std::atomic<bool> unordered{false};
+    void merge(float part_low, float part_high, bool part_unordered);
 };
 
 // Rows r < rows of n sums each (row stride ld) into y (row stride ldy) as above, row r being channel m0 + r.
