@@ -598,6 +598,7 @@ void int8_gemm_streaming(ThreadPool& pool, const Int8PackedA& A, const void* B, 
     });
 #else
     static_cast<void>(b_signed), static_cast<void>(ldb), static_cast<void>(a_zero), static_cast<void>(b_zero);
+    static_cast<void>(whole_rows);
 #endif
 }
 
