@@ -173,9 +173,39 @@ void requantize_rows(const int32_t* sums, int64_t ld, int64_t rows, int64_t n, c
 namespace {
 
 #if TESSERA_CPU_X86
-// One row of float_rows, 16 lanes at a time: explicit multiplies and adds (no contraction into an FMA).
-// With `range`, the least and greatest value stored are taken into range[0] and range[1], and range[2] is set to 1
-// when a NaN is stored.
+// The epilogue on 16 lanes: explicit multiplies and adds (no contraction into an FMA), then the clamp.
+[[gnu::target("avx512f"), gnu::always_inline, gnu::optimize("fp-contract=off")]] inline __m512 epilogue_lanes(
+    __m512 value, __m512 scale, bool affine, __m512 a, __m512 b, bool clamp, __m512 low, __m512 high) {
+    __m512 v = _mm512_mul_ps(value, scale);
+    if (affine) v = _mm512_add_ps(_mm512_mul_ps(v, a), b);
+    if (clamp) {
+        v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, low, _CMP_LT_OQ), v, low);
+        v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, high, _CMP_GT_OQ), v, high);
+    }
+    return v;
+}
+
+// The range a call gathers, 16 lanes at a time: range[0] and range[1] the least and greatest value taken in (min(least,
+// v) = least < v ? least : v, as _mm512_min_ps(least, v) is; max likewise), range[2] set to 1 after a NaN.
+struct RangeLanes {
+    __m512 least, greatest;
+    __mmask16 unordered = 0;
+
+    [[gnu::target("avx512f"), gnu::always_inline]] explicit RangeLanes(const float* range)
+        : least(_mm512_set1_ps(range ? range[0] : 0.0f)), greatest(_mm512_set1_ps(range ? range[1] : 0.0f)) {}
+    [[gnu::target("avx512f"), gnu::always_inline]] void take(__m512 v, __mmask16 mask) {
+        least = _mm512_mask_min_ps(least, mask, least, v);
+        greatest = _mm512_mask_max_ps(greatest, mask, greatest, v);
+        unordered |= _mm512_mask_cmp_ps_mask(mask, v, v, _CMP_UNORD_Q);
+    }
+    [[gnu::target("avx512f"), gnu::always_inline]] void store(float* range) const {
+        range[0] = _mm512_reduce_min_ps(least);
+        range[1] = _mm512_reduce_max_ps(greatest);
+        if (unordered) range[2] = 1.0f;
+    }
+};
+
+// One row of float_rows, 16 lanes at a time; with `range`, what it stores is taken into it (RangeLanes).
 template <typename In>
 [[gnu::target("avx512f"), gnu::optimize("fp-contract=off")]] void float_row_avx512(const In* sums, int64_t n,
                                                                                    float scale, bool affine, float a,
@@ -184,30 +214,16 @@ template <typename In>
                                                                                    float* range) {
     const __m512 s = _mm512_set1_ps(scale), va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
     const __m512 lo = _mm512_set1_ps(low), hi = _mm512_set1_ps(high);
-    __m512 least = _mm512_set1_ps(range ? range[0] : 0.0f), greatest = _mm512_set1_ps(range ? range[1] : 0.0f);
-    __mmask16 unordered = 0;
+    RangeLanes lanes(range);
     for (int64_t k = 0; k < n; k += 16) {
         const __mmask16 mask = n - k >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - k)) - 1);
         const __m512 value = std::is_same_v<In, float> ? _mm512_maskz_loadu_ps(mask, sums + k)
                                                        : _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(mask, sums + k));
-        __m512 v = _mm512_mul_ps(value, s);
-        if (affine) v = _mm512_add_ps(_mm512_mul_ps(v, va), vb);
-        if (clamp) {
-            v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), v, lo);
-            v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), v, hi);
-        }
+        const __m512 v = epilogue_lanes(value, s, affine, va, vb, clamp, lo, hi);
         _mm512_mask_storeu_ps(y + k, mask, v);
-        if (range) {  // min(least, v) = least < v ? least : v, as _mm512_min_ps(least, v) is; max likewise
-            least = _mm512_mask_min_ps(least, mask, least, v);
-            greatest = _mm512_mask_max_ps(greatest, mask, greatest, v);
-            unordered |= _mm512_mask_cmp_ps_mask(mask, v, v, _CMP_UNORD_Q);
-        }
+        if (range) lanes.take(v, mask);
     }
-    if (range) {
-        range[0] = _mm512_reduce_min_ps(least);
-        range[1] = _mm512_reduce_max_ps(greatest);
-        if (unordered) range[2] = 1.0f;
-    }
+    if (range) lanes.store(range);
 }
 
 // float_rows of 16 channels held blocked (src[p * 16 + c]): 16 positions at a time transposed into rows, then the
@@ -221,8 +237,7 @@ template <typename In>
         va[c] = _mm512_set1_ps(affine ? e.channel_scale[m0 + c] : 1.0f);
         vb[c] = _mm512_set1_ps(affine ? e.channel_shift[m0 + c] : 0.0f);
     }
-    __m512 least = _mm512_set1_ps(range ? range[0] : 0.0f), greatest = _mm512_set1_ps(range ? range[1] : 0.0f);
-    __mmask16 unordered = 0;
+    RangeLanes lanes(range);
     for (int64_t p = 0; p < count; p += 16) {
         const int64_t rest = std::min<int64_t>(16, count - p);
         const __mmask16 mask = rest == 16 ? 0xFFFF : static_cast<__mmask16>((1u << rest) - 1);
@@ -230,25 +245,12 @@ template <typename In>
         for (int64_t i = 0; i < 16; ++i) r[i] = i < rest ? _mm512_loadu_ps(src + (p + i) * 16) : _mm512_setzero_ps();
         transpose16x16(r);
         for (int c = 0; c < 16; ++c) {
-            __m512 v = _mm512_mul_ps(r[c], s);
-            if (affine) v = _mm512_add_ps(_mm512_mul_ps(v, va[c]), vb[c]);
-            if (e.clamp) {
-                v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), v, lo);
-                v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), v, hi);
-            }
+            const __m512 v = epilogue_lanes(r[c], s, affine, va[c], vb[c], e.clamp, lo, hi);
             _mm512_mask_storeu_ps(y + c * ldy + p, mask, v);
-            if (range) {
-                least = _mm512_mask_min_ps(least, mask, least, v);
-                greatest = _mm512_mask_max_ps(greatest, mask, greatest, v);
-                unordered |= _mm512_mask_cmp_ps_mask(mask, v, v, _CMP_UNORD_Q);
-            }
+            if (range) lanes.take(v, mask);
         }
     }
-    if (range) {
-        range[0] = _mm512_reduce_min_ps(least);
-        range[1] = _mm512_reduce_max_ps(greatest);
-        if (unordered) range[2] = 1.0f;
-    }
+    if (range) lanes.store(range);
 }
 #endif
 
