@@ -13,6 +13,7 @@
 
 #include "runtime/host.h"
 #include "kernels/all_kernels.h"
+#include "kernels/quantization/blocked_depthwise_to_float.h"
 #include "kernels/quantization/integer_matmul.h"
 #include "kernels/quantization/quantize_support.h"
 #include "kernels/quantization/requantize.h"
@@ -233,8 +234,13 @@ public:
                                                                static_cast<uint8_t>(run.x_zero)};
                 if (!blocked_depthwise_.empty() && run.X->rank() == 4 && run.X->shape[1] == run.M &&
                     run.g.rank() == 2) {
-                    if (float_x) depthwise_quantizing_blocked(ctx.pool(), run, x_input, x_quantization, floats);
-                    else depthwise_to_float_blocked(ctx.pool(), run, floats);
+                    if (float_x) {
+                        blocked_depthwise_quantizing_to_float(ctx.pool(), run.g, blocked_depthwise_.data(), x_input,
+                                                              x_quantization, floats.epilogue, floats.y);
+                    } else {
+                        blocked_depthwise_to_float(ctx.pool(), run.g, blocked_depthwise_.data(), *run.X, run.x_zero,
+                                                   floats.epilogue, floats.y);
+                    }
                 } else {
                     if (float_x) {
                         quantized_x.data = thread_scratch_buffer<uint8_t, 44>(x_input.size());
@@ -617,90 +623,6 @@ private:
                 centered[c * taps + t] = static_cast<float>(static_cast<int32_t>(w[c * taps + t]) - zeros[c]);
         blocked_depthwise_ = pack_blocked_depthwise(centered.data(), C, taps);
     }
-
-    // The blocked path: X centered (x - x_zero, exact) into the blocked layout, the blocked depthwise convolution
-    // of the centered filters (every partial sum an exact integer below 2^24: at most 256 taps of products below
-    // 2^16), and each band of its rows back into NCHW planes with the epilogue while in cache.
-    void depthwise_to_float_blocked(ThreadPool& pool, const Run& run, const FloatOutput& floats) const {
-        const Tensor& X = *run.X;
-        const int64_t N = X.shape[0], C = X.shape[1], P = X.shape[2] * X.shape[3];
-        float* centered = thread_scratch_buffer<float, 43>(N * C * P);
-        const float zero = static_cast<float>(run.x_zero);
-        dispatch_8bit(X.type, [&]<typename TX>() {
-            const TX* x = X.ptr<TX>();
-            pool.parallel_for(N * (C / kChannelBlock), 1, [&](int64_t first, int64_t last) {
-                for (int64_t b = first; b < last; ++b)
-                    dequantize_to_blocked(x + b * kChannelBlock * P, P, P, 1.0f, zero, centered + b * kChannelBlock * P);
-            });
-        });
-        const PlaneSink sink(floats, C, run.g.output[0] * run.g.output[1], run.g.output[1]);
-        blocked_depthwise2d(pool, run.g, blocked_depthwise_.data(), N, C, centered, nullptr, nullptr, nullptr, nullptr,
-                            &sink);
-    }
-
-    // The same from a float32 X: each image row the convolution reads is quantized (DynamicQuantizeLinear's
-    // bytes) and centered into the blocked ring as it is needed, so that neither the bytes nor a blocked copy of
-    // a large input are ever stored.
-    void depthwise_quantizing_blocked(ThreadPool& pool, const Run& run, const Tensor& X,
-                                      quant::DynamicQuantization q, const FloatOutput& floats) const {
-        const PlaneSink sink(floats, run.M, run.g.output[0] * run.g.output[1], run.g.output[1]);
-        const int64_t N = X.shape[0], C = X.shape[1], P = X.shape[2] * X.shape[3];
-        if (C * P * static_cast<int64_t>(sizeof(float)) >= kTakenOverMinBytes) {
-            const QuantizingRowMaker maker(X, q);
-            blocked_rows_window2d(pool, maker, run.M, run.g, blocked_depthwise_.data(), nullptr, nullptr, N, nullptr,
-                                  &sink);
-            return;
-        }
-        // A smaller input stays in L2 anyway, and the convolution splits better across threads by channel blocks
-        // than by bands of rows: the whole input quantized first.
-        float* centered = thread_scratch_buffer<float, 43>(N * C * P);
-        const float zero = static_cast<float>(q.zero_point);
-        pool.parallel_for(N * (C / kChannelBlock), 1, [&](int64_t first, int64_t last) {
-            for (int64_t b = first; b < last; ++b)
-                quantize_centered_to_blocked(X.ptr<float>() + b * kChannelBlock * P, P, P, q.scale, zero,
-                                             centered + b * kChannelBlock * P);
-        });
-        blocked_depthwise2d(pool, run.g, blocked_depthwise_.data(), N, C, centered, nullptr, nullptr, nullptr, nullptr,
-                            &sink);
-    }
-
-    class QuantizingRowMaker final : public BlockedRowMaker {
-    public:
-        QuantizingRowMaker(const Tensor& X, quant::DynamicQuantization q) : X_(X), q_(q) {}
-        void make_rows(int64_t n, int64_t row_begin, int64_t row_end, const BlockedRing& ring) const override {
-            const int64_t C = X_.shape[1], W = X_.shape[3], P = X_.shape[2] * W;
-            const float zero = static_cast<float>(q_.zero_point);
-            for (int64_t b = 0; b < C / kChannelBlock; ++b) {
-                const float* planes = X_.ptr<float>() + (n * C + b * kChannelBlock) * P;
-                // Rows that follow each other in the ring (up to where it wraps) in one call.
-                for (int64_t r = row_begin; r < row_end;) {
-                    const int64_t run = std::min(row_end - r, ring.ring_rows - r % ring.ring_rows);
-                    quantize_centered_to_blocked(planes + r * W, P, run * W, q_.scale, zero, ring.at(b, r, 0));
-                    r += run;
-                }
-            }
-        }
-
-    private:
-        const Tensor& X_;
-        quant::DynamicQuantization q_;
-    };
-
-    // Rows of the blocked depthwise convolution's sums through the epilogue into NCHW planes of Y.
-    class PlaneSink final : public BlockedBandSink {
-    public:
-        PlaneSink(const FloatOutput& f, int64_t C, int64_t positions, int64_t OW)
-            : f_(f), C_(C), positions_(positions), OW_(OW) {}
-        void take(int64_t n, int64_t block, int64_t oh0, int64_t oh1, const float* rows) const override {
-            const int64_t count = (oh1 - oh0) * OW_, c0 = block * kChannelBlock;
-            float_rows_from_blocked(rows, count, c0, f_.epilogue, f_.y + (n * C_ + c0) * positions_ + oh0 * OW_,
-                                    positions_);
-        }
-
-    private:
-        const FloatOutput& f_;
-        int64_t C_, positions_, OW_;
-    };
 
     void load_dequantization(const NodeInfo& info) {
         const std::optional<Tensor> scale = info.constant_tensor(10);
