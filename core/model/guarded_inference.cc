@@ -149,7 +149,8 @@ const std::set<std::string>& stable_operators() {
 
 bool default_domain(const std::string& domain) { return domain.empty() || domain == "ai.onnx"; }
 
-// Whether libonnx's schema of `node` at `version` declares every attribute the node carries.
+// Whether libonnx's schema of `node` at `version` declares every attribute the node carries (and none holds a
+// graph: subgraphs are not inferred this way).
 bool attributes_declared(const onnx::NodeProto& node, int version) {
     const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(node.op_type(), version, "");
     if (schema == nullptr) return false;

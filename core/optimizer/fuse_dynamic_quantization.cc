@@ -95,12 +95,6 @@ public:
     }
 
 private:
-    // A depthwise ConvIntegerToFloat reading the bytes, scale and zero point of one DynamicQuantizeLinear reads
-    // the floats that quantization reads instead and quantizes them itself, as it needs them: the bytes, when no
-    // other node reads them, are then never made (the DynamicQuantizeLinear still finds the scale and zero point).
-    // Only depthwise convolutions (one channel per group, every channel's own filter) read their input a few rows
-    // at a time, so that the quantized rows stay in cache; the others would quantize the whole input first, as the
-    // DynamicQuantizeLinear does.
     // The DynamicQuantizeLinear of a ConvIntegerToFloat's output joins it, as its outputs 1-3 (bytes, scale, zero
     // point): the kernel gathers the output's range as it writes it, so that the range pass over the floats goes.
     static std::vector<fusion::Candidate> find_quantized_outputs(const Graph& graph) {
@@ -126,6 +120,12 @@ private:
         return found;
     }
 
+    // A depthwise ConvIntegerToFloat reading the bytes, scale and zero point of one DynamicQuantizeLinear reads
+    // the floats that quantization reads instead and quantizes them itself, as it needs them: the bytes, when no
+    // other node reads them, are then never made (the DynamicQuantizeLinear still finds the scale and zero point).
+    // Only depthwise convolutions (one channel per group, every channel's own filter) read their input a few rows
+    // at a time, so that the quantized rows stay in cache; the others would quantize the whole input first, as the
+    // DynamicQuantizeLinear does.
     static std::vector<fusion::Candidate> find_quantizing(const Graph& graph) {
         std::vector<fusion::Candidate> found;
         const auto producers = graph.producers();
